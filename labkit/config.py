@@ -1,0 +1,233 @@
+"""Typed run configuration: frozen, keyword-only dataclasses that validate on construction.
+
+A bad value raises `ConfigError` naming the field, the value and what is allowed; nothing is
+clamped silently. Pure Python (no torch), so the simulator and planners can read model sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value is not allowed; the message names the field, value and rule."""
+
+    def __init__(self, owner: str, name: str, value: object, allowed: str) -> None:
+        super().__init__(f"{owner}.{name}={value!r} is not allowed: {allowed}")
+        self.field = name
+        self.value = value
+
+
+# name -> (layers, heads, hidden): the GPT-2 family of the DiLoCo-SWARM report plus `nano`,
+# which trains visibly on 2 CPU cores within a minute.
+MODEL_SIZES: dict[str, tuple[int, int, int]] = {
+    "nano": (4, 4, 64),
+    "tiny": (4, 4, 128),
+    "small": (12, 12, 768),
+    "medium": (24, 16, 1024),
+    "large": (36, 20, 1280),
+}
+POSITIONS = ("learned", "rotary")
+DTYPES = ("float32", "float64", "bfloat16")
+
+
+def _check(ok: bool, owner: str, name: str, value: object, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(owner, name, value, allowed)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelConfig:
+    """A GPT-style decoder: pre-LayerNorm blocks, causal attention, GELU MLP, untied embeddings."""
+
+    size: str = "nano"  # one of MODEL_SIZES; sets layers / heads / hidden
+    seq_len: int = 64  # context length in tokens (bytes)
+    vocab_size: int = 256  # byte-level vocabulary
+    positions: str = "learned"  # "learned" absolute embeddings or "rotary" (RoPE)
+    share_layers: bool = False  # ALBERT-style: the blocks of a stage share one block's parameters
+    dtype: str = "float32"  # parameter dtype; float64 makes equivalence tests exact to 1e-12
+
+    def __post_init__(self) -> None:
+        o = "ModelConfig"
+        _check(self.size in MODEL_SIZES, o, "size", self.size, f"one of {sorted(MODEL_SIZES)}")
+        _check(_is_int(self.seq_len) and self.seq_len >= 2, o, "seq_len", self.seq_len, "an integer >= 2")
+        _check(_is_int(self.vocab_size) and self.vocab_size >= 2, o, "vocab_size", self.vocab_size, "an integer >= 2")
+        _check(self.positions in POSITIONS, o, "positions", self.positions, f"one of {list(POSITIONS)}")
+        _check(isinstance(self.share_layers, bool), o, "share_layers", self.share_layers, "True or False")
+        _check(self.dtype in DTYPES, o, "dtype", self.dtype, f"one of {list(DTYPES)}")
+        if self.positions == "rotary":
+            _check(self.head_dim % 2 == 0, o, "positions", self.positions, "rotary needs an even head size")
+
+    @property
+    def n_layer(self) -> int:
+        return MODEL_SIZES[self.size][0]
+
+    @property
+    def n_head(self) -> int:
+        return MODEL_SIZES[self.size][1]
+
+    @property
+    def d_model(self) -> int:
+        return MODEL_SIZES[self.size][2]
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    def block_params(self) -> int:
+        """Parameters of one transformer block (attention 4d²+4d, MLP 8d²+5d, two LayerNorms 4d)."""
+        d = self.d_model
+        return 12 * d * d + 13 * d
+
+    def num_params(self) -> int:
+        """All parameters: blocks, token (and learned position) embeddings, final norm, untied head."""
+        d, v = self.d_model, self.vocab_size
+        pos = self.seq_len * d if self.positions == "learned" else 0
+        blocks = self.block_params() * (1 if self.share_layers else self.n_layer)
+        return blocks + v * d + pos + 2 * d + v * d
+
+    def block_flops_per_token(self) -> float:
+        """Training FLOPs of one block per token: 6·P_block plus attention scores 6·2·T·d (fwd+bwd)."""
+        return 6.0 * self.block_params() + 12.0 * self.seq_len * self.d_model
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DataConfig:
+    """Where text comes from: the Python standard library's .py files by default, or a path."""
+
+    path: str | None = None  # a text file or folder; None = the stdlib corpus
+    val_fraction: float = 0.1  # share of files (by stable path hash) held out for validation
+    max_bytes: int = 64_000_000  # read at most this many bytes of corpus
+
+    def __post_init__(self) -> None:
+        o = "DataConfig"
+        _check(self.path is None or (isinstance(self.path, str) and self.path != ""), o, "path", self.path, "None or a non-empty path")
+        _check(_is_number(self.val_fraction) and 0.0 < self.val_fraction < 1.0, o, "val_fraction", self.val_fraction, "a number in (0, 1)")
+        _check(_is_int(self.max_bytes) and self.max_bytes >= 1024, o, "max_bytes", self.max_bytes, "an integer >= 1024")
+
+
+OPTIMIZERS = ("adamw", "sgd")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunConfig:
+    """One SWARM training run: model, data, swarm shape, batch, optimizer and run length.
+
+    >>> RunConfig(stages=2, peers=2, steps=50).layer_split
+    (2, 2)
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    stages: int = 2  # pipeline stages S
+    peers: int | tuple[int, ...] = 2  # peers per stage: one number for all, or one per stage
+    layer_split: tuple[int, ...] | None = None  # blocks per stage; None = as even as possible
+    trainers: int = 4  # trainer threads, each routing one microbatch at a time
+    global_batch: int = 32  # samples per optimizer step, summed over the whole swarm
+    microbatch: int = 8  # samples per routed microbatch
+    steps: int = 60  # optimizer steps to run
+    optimizer: str = "adamw"  # "adamw" (default) or "sgd"
+    lr: float = 3e-3  # peak learning rate
+    warmup_steps: int = 5  # linear warm-up from lr/warmup to lr
+    weight_decay: float = 0.01  # decoupled weight decay
+    gamma: float = 0.1  # EMA smoothing of peer response times in the router
+    peer_timeout: float = 30.0  # seconds a trainer waits for a peer before banning it
+    delayed_updates: bool = False  # delayed parameter updates: step k's update overlaps batch k+1
+    activation_checkpointing: bool = False  # peers keep only stage inputs, recompute in backward
+    eval_every: int = 20  # steps between validation-loss evaluations (0 = only first and last)
+    eval_batches: int = 4  # microbatches of validation data per evaluation
+    seed: int = 0  # seeds parameters, data order and trainers
+    threads: int = 0  # torch intra-op threads; 0 = leave torch's default
+
+    def __post_init__(self) -> None:
+        o = "RunConfig"
+        _check(isinstance(self.model, ModelConfig), o, "model", self.model, "a ModelConfig")
+        _check(isinstance(self.data, DataConfig), o, "data", self.data, "a DataConfig")
+        _check(_is_int(self.stages) and self.stages >= 1, o, "stages", self.stages, "an integer >= 1")
+        _check(self.stages <= self.model.n_layer, o, "stages", self.stages, f"at most the model's {self.model.n_layer} layers")
+        if isinstance(self.peers, list):
+            object.__setattr__(self, "peers", tuple(self.peers))
+        if _is_int(self.peers):
+            _check(self.peers >= 1, o, "peers", self.peers, "an integer >= 1 or one integer >= 1 per stage")
+        else:
+            ok = isinstance(self.peers, tuple) and len(self.peers) == self.stages and all(_is_int(p) and p >= 1 for p in self.peers)
+            _check(ok, o, "peers", self.peers, f"an integer >= 1 or {self.stages} integers >= 1 (one per stage)")
+        if self.layer_split is not None:
+            split = tuple(self.layer_split) if isinstance(self.layer_split, list) else self.layer_split
+            object.__setattr__(self, "layer_split", split)
+            ok = isinstance(split, tuple) and len(split) == self.stages and all(_is_int(n) and n >= 1 for n in split)
+            _check(ok, o, "layer_split", split, f"{self.stages} integers >= 1 (one per stage)")
+            _check(sum(split) == self.model.n_layer, o, "layer_split", split, f"blocks per stage summing to the model's {self.model.n_layer} layers")
+        _check(_is_int(self.trainers) and self.trainers >= 1, o, "trainers", self.trainers, "an integer >= 1")
+        _check(_is_int(self.microbatch) and self.microbatch >= 1, o, "microbatch", self.microbatch, "an integer >= 1")
+        _check(_is_int(self.global_batch) and self.global_batch >= 1, o, "global_batch", self.global_batch, "an integer >= 1")
+        _check(self.global_batch % self.microbatch == 0, o, "global_batch", self.global_batch,
+               f"a multiple of microbatch={self.microbatch}, so every step is a whole number of microbatches")
+        _check(_is_int(self.steps) and self.steps >= 1, o, "steps", self.steps, "an integer >= 1")
+        _check(self.optimizer in OPTIMIZERS, o, "optimizer", self.optimizer, f"one of {list(OPTIMIZERS)}")
+        _check(_is_number(self.lr) and self.lr > 0, o, "lr", self.lr, "a finite number > 0")
+        _check(_is_int(self.warmup_steps) and self.warmup_steps >= 0, o, "warmup_steps", self.warmup_steps, "an integer >= 0")
+        _check(_is_number(self.weight_decay) and self.weight_decay >= 0, o, "weight_decay", self.weight_decay, "a finite number >= 0")
+        _check(_is_number(self.gamma) and 0 < self.gamma <= 1, o, "gamma", self.gamma, "a number in (0, 1]")
+        _check(_is_number(self.peer_timeout) and self.peer_timeout > 0, o, "peer_timeout", self.peer_timeout, "a finite number of seconds > 0")
+        _check(isinstance(self.delayed_updates, bool), o, "delayed_updates", self.delayed_updates, "True or False")
+        _check(isinstance(self.activation_checkpointing, bool), o, "activation_checkpointing", self.activation_checkpointing, "True or False")
+        _check(_is_int(self.eval_every) and self.eval_every >= 0, o, "eval_every", self.eval_every, "an integer >= 0")
+        _check(_is_int(self.eval_batches) and self.eval_batches >= 1, o, "eval_batches", self.eval_batches, "an integer >= 1")
+        _check(_is_int(self.seed) and self.seed >= 0, o, "seed", self.seed, "an integer >= 0")
+        _check(_is_int(self.threads) and self.threads >= 0, o, "threads", self.threads, "an integer >= 0")
+        if self.layer_split is None:
+            object.__setattr__(self, "layer_split", even_split(self.model.n_layer, self.stages))
+
+    @property
+    def peers_per_stage(self) -> tuple[int, ...]:
+        """Initial peer count of every stage."""
+        return self.peers if isinstance(self.peers, tuple) else (self.peers,) * self.stages
+
+    @property
+    def microbatches_per_step(self) -> int:
+        return self.global_batch // self.microbatch
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """A copy with some fields changed (validated again)."""
+        if "layer_split" not in changes and "stages" in changes:
+            changes["layer_split"] = None
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form (nested configs become dicts)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (ModelConfig, DataConfig)):
+                value = {g.name: getattr(value, g.name) for g in fields(value)}
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """Inverse of `to_dict`."""
+        data = dict(data)
+        if isinstance(data.get("model"), dict):
+            data["model"] = ModelConfig(**data["model"])
+        if isinstance(data.get("data"), dict):
+            data["data"] = DataConfig(**data["data"])
+        return cls(**data)
+
+
+def even_split(n_layer: int, stages: int) -> tuple[int, ...]:
+    """Blocks per stage as even as possible, earlier stages taking the remainder."""
+    base, extra = divmod(n_layer, stages)
+    return tuple(base + (1 if s < extra else 0) for s in range(stages))
