@@ -1,0 +1,42 @@
+"""The one event schema every executor emits (in-process, Dask, simulator).
+
+Events are plain JSON-able dicts so charts, reports, widgets and tests read them the same way
+whether a run is real or simulated. `t` is seconds since the run started (virtual seconds in the
+simulator). Build events with these helpers so the field names never drift.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Event = dict[str, Any]
+
+DIRECTIONS = ("forward", "backward")
+PEER_STATES = ("joined", "alive", "banned", "killed", "moved", "left")
+RUN_STATES = ("started", "paused", "resumed", "finished", "stopped", "failed")
+
+
+def hop(t: float, *, trainer: str, stage: int, peer: str, direction: str, nbytes: int, seconds: float, microbatch: int) -> Event:
+    """One microbatch crossing one stage: `nbytes` sent to the peer plus received back."""
+    return {"type": "hop", "t": t, "trainer": trainer, "stage": stage, "peer": peer, "direction": direction,
+            "bytes": int(nbytes), "seconds": seconds, "microbatch": microbatch}
+
+
+def step(t: float, *, step: int, loss: float, samples: int, tokens: int) -> Event:
+    """One optimizer step of the whole swarm: mean training loss over exactly `samples` samples."""
+    return {"type": "step", "t": t, "step": step, "loss": loss, "samples": samples, "tokens": tokens}
+
+
+def peer(t: float, *, peer: str, stage: int, state: str, queue: int) -> Event:
+    """A peer's state and request-queue length (`state` is one of PEER_STATES)."""
+    return {"type": "peer", "t": t, "peer": peer, "stage": stage, "state": state, "queue": int(queue)}
+
+
+def evaluation(t: float, *, step: int, val_loss: float) -> Event:
+    """Validation loss (mean cross-entropy, nats per token) after `step` optimizer steps."""
+    return {"type": "eval", "t": t, "step": step, "val_loss": val_loss}
+
+
+def run(t: float, *, state: str, reason: str = "") -> Event:
+    """The run's life cycle: started, paused (a stage lost its last peer), resumed, finished, ..."""
+    return {"type": "run", "t": t, "state": state, "reason": reason}
