@@ -1,3 +1,20 @@
-"""labkit: a lab for decentralized training of large models on unreliable machines."""
+"""labkit: a lab for decentralized training of large models on unreliable machines.
+
+>>> import labkit
+>>> run = labkit.launch(labkit.RunConfig(stages=2, peers=2, steps=20))
+>>> run.wait()["val_loss_after"]  # doctest: +SKIP
+"""
+
+from labkit.config import ConfigError, DataConfig, ModelConfig, RunConfig
 
 __version__ = "0.1.0"
+__all__ = ["ConfigError", "DataConfig", "ModelConfig", "Run", "RunConfig", "launch"]
+
+
+def __getattr__(name: str):
+    """Import the torch-backed runtime only when it is used, so configs stay light."""
+    if name in ("launch", "Run"):
+        from labkit.runtime import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module 'labkit' has no attribute {name!r}")

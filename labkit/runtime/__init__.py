@@ -1,0 +1,1 @@
+"""Executors of SWARM training and the run handle that steers them."""

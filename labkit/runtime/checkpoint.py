@@ -1,0 +1,47 @@
+"""Whole-run checkpoints: config, completed steps, every stage's parameters and optimizer state.
+
+The data position is the step number (sampling is counter-based) and the model has no dropout,
+so restoring a checkpoint and continuing reproduces the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from labkit.config import RunConfig
+
+FORMAT = "labkit-checkpoint-1"
+
+
+def save_checkpoint(path: str | Path, cfg: RunConfig, step: int, stages: list[dict[str, Any]]) -> Path:
+    """Write a checkpoint atomically (temporary file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save({"format": FORMAT, "config": cfg.to_dict(), "step": step, "stages": stages,
+                "torch_rng": torch.get_rng_state()}, tmp)
+    tmp.replace(path)
+    return path
+
+
+def load_checkpoint(path: str | Path, cfg: RunConfig) -> dict[str, Any]:
+    """Read a checkpoint and check it fits `cfg` (same model and layer split)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+    data = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a labkit checkpoint (expected format {FORMAT!r})")
+    saved = RunConfig.from_dict(data["config"])
+    if saved.model != cfg.model or saved.layer_split != cfg.layer_split:
+        raise ValueError(
+            f"checkpoint {path} holds model {saved.model} split {saved.layer_split}; "
+            f"the run asks for {cfg.model} split {cfg.layer_split}"
+        )
+    if data["step"] >= cfg.steps:
+        raise ValueError(f"checkpoint {path} is at step {data['step']}, not before the run's last step {cfg.steps}")
+    torch.set_rng_state(data["torch_rng"])
+    return data

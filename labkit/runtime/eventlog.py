@@ -1,0 +1,63 @@
+"""A run's live event stream: thread-safe history, subscriber queues and a JSONL file."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections import deque
+from pathlib import Path
+
+from labkit.events import Event
+
+
+class EventLog:
+    """Fan-out of events to a bounded history, to subscribers and (optionally) to a JSONL file.
+
+    >>> log = EventLog(); q = log.subscribe(); log.emit({"type": "run", "t": 0.0})
+    >>> q.get_nowait()["type"]
+    'run'
+    """
+
+    def __init__(self, path: Path | None = None, keep: int = 200_000) -> None:
+        self._lock = threading.Lock()
+        self._history: deque[Event] = deque(maxlen=keep)
+        self._subscribers: list[queue.Queue[Event]] = []
+        self._file = open(path, "a", encoding="utf-8") if path else None
+
+    def emit(self, event: Event) -> None:
+        """Record one event and hand it to every subscriber."""
+        with self._lock:
+            self._history.append(event)
+            for q in self._subscribers:
+                q.put(event)
+            if self._file:
+                self._file.write(json.dumps(event) + "\n")
+
+    def subscribe(self) -> queue.Queue[Event]:
+        """A queue that receives every event emitted from now on."""
+        q: queue.Queue[Event] = queue.Queue()
+        with self._lock:
+            self._subscribers.append(q)
+        return q
+
+    def unsubscribe(self, q: queue.Queue[Event]) -> None:
+        with self._lock:
+            if q in self._subscribers:
+                self._subscribers.remove(q)
+
+    def history(self, kind: str | None = None) -> list[Event]:
+        """Events so far (the last `keep`), optionally only of one type."""
+        with self._lock:
+            return [e for e in self._history if kind is None or e["type"] == kind]
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._file:
+                self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file:
+                self._file.close()
+                self._file = None

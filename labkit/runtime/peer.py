@@ -1,0 +1,198 @@
+"""A stage server: one replica of one stage, a request queue and the worker thread that drains it.
+
+Trainers submit forward / backward / loss requests and get futures back. The worker runs them one
+at a time, keeps the stage inputs (and autograd graph) of every microbatch in flight so backward
+can retrace it, and accumulates parameter gradients and sample counts until the swarm's step.
+Killing a peer drops its queue, its stash and its accumulated gradients, as a crash would.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from labkit.config import RunConfig
+from labkit.model import Stage
+from labkit.runtime.optim import apply_step, make_optimizer
+
+
+class PeerDied(RuntimeError):
+    """The peer was killed; what it held is gone."""
+
+
+class StagePeer:
+    """Serves stage `stage` with its own copy of the stage's parameters and optimizer."""
+
+    def __init__(self, name: str, stage: int, module: Stage, cfg: RunConfig) -> None:
+        self.name, self.stage, self.module, self.cfg = name, stage, module, cfg
+        self.params = [p for p in module.parameters()]
+        self.optimizer = make_optimizer(self.params, cfg)
+        self.accum = [torch.zeros_like(p) for p in self.params]
+        self.samples = 0  # samples whose gradient is in `accum`
+        self.delay = 0.0  # extra seconds per request: makes a peer slow on purpose (demos, tests)
+        self._stash: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self._requests: queue.Queue[tuple[Callable[..., Any], tuple, Future] | None] = queue.Queue()
+        self._alive = True
+        self._thread = threading.Thread(target=self._serve, name=f"peer-{name}", daemon=True)
+        self._thread.start()
+
+    # -- the worker ---------------------------------------------------------------------------
+    def _serve(self) -> None:
+        while True:
+            item = self._requests.get()
+            if item is None or not self._alive:
+                if item is not None:
+                    item[2].set_exception(PeerDied(self.name))
+                break
+            fn, args, future = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                if self.delay:
+                    time.sleep(self.delay)
+                result = fn(*args)
+            except BaseException as exc:  # the trainer sees the failure and reroutes
+                future.set_exception(exc)
+            else:
+                if self._alive:
+                    future.set_result(result)
+                else:
+                    future.set_exception(PeerDied(self.name))
+        self._fail_queued()
+
+    def _fail_queued(self) -> None:
+        while True:
+            try:
+                item = self._requests.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                item[2].set_exception(PeerDied(self.name))
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Queue `fn(*args)` to run on this peer's worker thread."""
+        future: Future = Future()
+        if not self._alive:
+            future.set_exception(PeerDied(self.name))
+            return future
+        self._requests.put((fn, args, future))
+        return future
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    @property
+    def queue_length(self) -> int:
+        return self._requests.qsize()
+
+    def kill(self) -> None:
+        """Crash: stop answering, drop queued work, stashed activations and accumulated gradients."""
+        self._alive = False
+        self._requests.put(None)
+        self._stash.clear()
+        self.accum = []
+        self.samples = 0
+
+    def close(self) -> None:
+        """Stop the worker after the requests already queued (a clean shutdown)."""
+        self._requests.put(None)
+        self._thread.join(timeout=10)
+
+    # -- requests (run on the worker thread) --------------------------------------------------
+    def forward(self, attempt: int, x: torch.Tensor, keep: bool) -> torch.Tensor:
+        """Run the stage on `x`; if backward will come (`keep`), remember what it needs."""
+        if not keep:
+            with torch.no_grad():
+                return self.module(x)
+        if not self.module.is_first:
+            x = x.detach().requires_grad_(True)
+        if self.cfg.activation_checkpointing:
+            with torch.no_grad():
+                out = self.module(x)
+            self._stash[attempt] = (x, None)
+        else:
+            with torch.enable_grad():
+                out = self.module(x)
+            self._stash[attempt] = (x, out)
+        return out.detach()
+
+    def backward(self, attempt: int, grad_out: torch.Tensor, accumulate: bool, samples: int) -> torch.Tensor | None:
+        """Backpropagate `grad_out` through the stashed microbatch; accumulate if asked."""
+        x, out = self._stash.pop(attempt)
+        if out is None:  # activation checkpointing: recompute the forward with a graph
+            with torch.enable_grad():
+                out = self.module(x)
+        return self._grads(x, out, grad_out, accumulate, samples)
+
+    def loss(self, attempt: int, x: torch.Tensor, targets: torch.Tensor, scale: float,
+             accumulate: bool, samples: int) -> tuple[float, torch.Tensor | None]:
+        """Last stage: forward, cross-entropy summed and scaled, backward at once."""
+        if not self.module.is_first:
+            x = x.detach().requires_grad_(True)
+        with torch.enable_grad():
+            logits = self.module(x)  # (B, T, vocab)
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum") * scale
+        return float(loss.detach()), self._grads(x, loss, None, accumulate, samples)
+
+    def _grads(self, x: torch.Tensor, out: torch.Tensor, grad_out: torch.Tensor | None,
+               accumulate: bool, samples: int) -> torch.Tensor | None:
+        wrt = ([] if self.module.is_first else [x]) + (self.params if accumulate else [])
+        if not wrt:
+            return None
+        grads = torch.autograd.grad(out, wrt, grad_out, allow_unused=True)
+        grad_x = None if self.module.is_first else grads[0]
+        if accumulate:
+            for buf, g in zip(self.accum, grads[len(wrt) - len(self.params):]):
+                if g is not None:
+                    buf.add_(g)
+            self.samples += samples
+        return grad_x
+
+    def drop_stash(self) -> None:
+        """Forget activations of abandoned attempts (called between steps)."""
+        self._stash.clear()
+
+    def take_gradients(self) -> tuple[list[torch.Tensor], int]:
+        """This peer's accumulated gradient sums and sample count, reset to zero."""
+        grads, samples = self.accum, self.samples
+        self.accum = [torch.zeros_like(p) for p in self.params]
+        self.samples = 0
+        return grads, samples
+
+    def optimizer_step(self, grads: list[torch.Tensor], step: int) -> None:
+        """Apply the stage's averaged gradient: every peer of a stage takes this identical step."""
+        for p, g in zip(self.params, grads):
+            p.grad = g.clone()
+        apply_step(self.optimizer, step, self.cfg)
+        for p in self.params:
+            p.grad = None
+
+    def state(self) -> dict[str, Any]:
+        """Parameters and optimizer state, copied (what a joining neighbour downloads)."""
+        return {
+            "params": {k: v.detach().clone() for k, v in self.module.state_dict().items()},
+            "optimizer": _clone(self.optimizer.state_dict()),
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Adopt a neighbour's parameters and optimizer state."""
+        self.module.load_state_dict(state["params"])
+        self.optimizer.load_state_dict(_clone(state["optimizer"]))
+
+
+def _clone(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _clone(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_clone(v) for v in obj]
+    return obj

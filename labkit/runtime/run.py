@@ -1,0 +1,191 @@
+"""The run handle: what `labkit.launch` returns, and what the CLI, widgets and tests drive.
+
+>>> import labkit
+>>> run = labkit.launch(labkit.RunConfig(steps=5))      # returns at once
+>>> q = run.events.subscribe()                           # live events: hops, steps, peers
+>>> run.kill_peer("s0p1"); name = run.add_peer(0)        # faults and joins, mid-run
+>>> summary = run.wait()                                 # blocks only when you ask it to
+
+Every verb returns promptly; the training itself runs on background threads.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from labkit import events
+from labkit.config import RunConfig
+from labkit.runtime.checkpoint import load_checkpoint, save_checkpoint
+from labkit.runtime.eventlog import EventLog
+from labkit.runtime.swarm import InProcessSwarm
+
+BACKENDS = ("inprocess",)
+
+
+class Run:
+    """A live training run: events, state, and the verbs that steer it."""
+
+    def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None) -> None:
+        self.config = cfg
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        if self.run_dir:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+        self.events = EventLog(self.run_dir / "events.jsonl" if self.run_dir else None)
+        self._resume = load_checkpoint(resume, cfg) if resume is not None else None
+        self._swarm: InProcessSwarm | None = None
+        self._ready = threading.Event()
+        self._done = threading.Event()
+        self._summary: dict[str, Any] = {}
+        self._checkpoints: list[tuple[Path, Future]] = []
+        self._lock = threading.Lock()
+        self._started = time.perf_counter()
+        self._thread = threading.Thread(target=self._main, name="labkit-run", daemon=True)
+        self._thread.start()
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            swarm = InProcessSwarm(self.config, self.events, self._resume)
+            swarm.step_hooks.append(self._on_step)
+            self._swarm = swarm
+            self._ready.set()
+            swarm.start()
+            while not swarm.finished.wait(0.2) and not self._stop_requested():
+                pass
+            swarm.stop()
+            swarm.join()
+            self._finish(swarm)
+        except Exception as exc:
+            self.events.emit(events.run(time.perf_counter() - self._started, state="failed", reason=f"{type(exc).__name__}: {exc}"))
+            self._summary = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+            self._ready.set()
+        finally:
+            self.events.close()
+            self._done.set()
+
+    def _stop_requested(self) -> bool:
+        return getattr(self, "_stop", False)
+
+    def _on_step(self, step: int) -> None:
+        """Step hook (swarm lock held): take requested checkpoints at this consistent boundary."""
+        with self._lock:
+            pending, self._checkpoints = self._checkpoints, []
+        for path, future in pending:
+            try:
+                future.set_result(save_checkpoint(path, self.config, step, self._swarm.snapshots))
+            except Exception as exc:
+                future.set_exception(exc)
+
+    def _finish(self, swarm: InProcessSwarm) -> None:
+        evals = self.events.history("eval")
+        steps = self.events.history("step")
+        seconds = time.perf_counter() - self._started
+        train_seconds = (steps[-1]["t"] - steps[0]["t"]) if len(steps) > 1 else 0.0
+        tokens = sum(s["tokens"] for s in steps[1:])
+        if swarm.error is not None:
+            status = "failed"
+        elif swarm.finished.is_set():
+            status = "finished"
+        else:
+            status = "stopped"
+        self._summary = {
+            "status": status,
+            "steps": swarm.ledger.step,
+            "val_loss_before": evals[0]["val_loss"] if evals else None,
+            "val_loss_after": evals[-1]["val_loss"] if evals else None,
+            "train_loss_last": steps[-1]["loss"] if steps else None,
+            "tokens": sum(s["tokens"] for s in steps),
+            "tokens_per_second": tokens / train_seconds if train_seconds > 0 else None,
+            "seconds": seconds,
+            "peers_killed": len([e for e in self.events.history("peer") if e["state"] == "killed"]),
+            "corpus": swarm.corpus_description,
+        }
+        if swarm.error is not None:
+            self._summary["error"] = f"{type(swarm.error).__name__}: {swarm.error}"
+        if self.run_dir:
+            self._summary["checkpoint"] = str(save_checkpoint(self.run_dir / "checkpoint.pt", self.config, swarm.ledger.step, swarm.snapshots))
+            (self.run_dir / "summary.json").write_text(json.dumps(self._summary, indent=2))
+        self.events.emit(events.run(swarm.clock(), state=status if status != "failed" else "failed", reason=self._summary.get("error", "")))
+
+    def _swarm_or_raise(self) -> InProcessSwarm:
+        self._ready.wait()
+        if self._swarm is None:
+            raise RuntimeError(f"the run failed to start: {self._summary.get('error')}")
+        return self._swarm
+
+    # -- verbs ----------------------------------------------------------------------------------
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        """Block until the run ends (or `timeout` seconds pass); return the summary so far."""
+        self._done.wait(timeout)
+        return dict(self._summary)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def stop(self) -> None:
+        """Ask the run to stop after the microbatches in flight; returns at once."""
+        self._stop = True
+        if self._swarm is not None:
+            self._swarm.stop()
+
+    def kill_peer(self, peer: str) -> None:
+        """Crash a peer: its queue and accumulated gradients are lost and recomputed elsewhere."""
+        self._swarm_or_raise().kill_peer(peer)
+
+    def add_peer(self, stage: int | None = None) -> str:
+        """Start a peer on `stage` (None: the stage the rebalancing rule picks); returns its name."""
+        return self._swarm_or_raise().add_peer(stage)
+
+    def set_peer_delay(self, peer: str, seconds: float) -> None:
+        """Slow a peer down by `seconds` per request (to watch the router shift traffic away)."""
+        if not (isinstance(seconds, (int, float)) and 0 <= seconds < 60):
+            raise ValueError(f"seconds={seconds!r} is not allowed: a number in [0, 60)")
+        target = self._swarm_or_raise().peer(peer)
+        if target is None:
+            raise KeyError(f"no live peer named {peer!r}")
+        target.delay = float(seconds)
+
+    def checkpoint(self, path: str | Path) -> Future:
+        """Save the whole run at the next step boundary; the future resolves to the path."""
+        future: Future = Future()
+        with self._lock:
+            self._checkpoints.append((Path(path), future))
+        return future
+
+    def state(self) -> dict[str, Any]:
+        """A snapshot: step, last loss, paused stages, and every stage's peers with queue lengths."""
+        if not self._ready.is_set() or self._swarm is None:
+            return {"status": "failed" if self._done.is_set() else "starting", "step": 0, "stages": []}
+        swarm = self._swarm
+        stages = []
+        for stage, (first, count) in enumerate(swarm.bounds):
+            peers = [{"peer": p.name, "queue": p.queue_length, "samples": p.samples, "delay": p.delay} for p in swarm.live(stage)]
+            stages.append({"stage": stage, "layers": list(range(first, first + count)), "peers": peers})
+        status = self._summary.get("status", "running") if self._done.is_set() else ("paused" if swarm.paused_stages else "running")
+        return {"status": status, "step": swarm.ledger.step, "steps": self.config.steps, "loss": swarm.last_loss,
+                "paused_stages": sorted(swarm.paused_stages), "stages": stages}
+
+    def summary(self) -> dict[str, Any]:
+        """The end-of-run summary (empty while running)."""
+        return dict(self._summary)
+
+
+def launch(config: RunConfig, *, backend: str = "inprocess", run_dir: str | Path | None = None,
+           resume: str | Path | None = None) -> Run:
+    """Start a run in the background and return its handle at once.
+
+    backend: "inprocess" (threads in this process). run_dir: where to write events.jsonl,
+    summary.json and the final checkpoint. resume: a checkpoint to continue from.
+    """
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"config={config!r} is not allowed: a labkit.RunConfig")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not allowed: one of {list(BACKENDS)}")
+    return Run(config, run_dir=run_dir, resume=resume)

@@ -1,0 +1,254 @@
+"""The in-process SWARM: peers, trainers, the step ledger and the step-boundary all-reduce.
+
+Every peer and trainer is a thread of this process. The swarm is what the run handle drives; it
+owns the registry of live peers (the in-process stand-in for the DHT), the `StepLedger` that keeps
+every step at exactly the global batch, and the step boundary: when the ledger is ready, each
+stage sums its live peers' accumulated gradients and every peer of the stage applies the same
+optimizer step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from labkit import events
+from labkit.config import RunConfig
+from labkit.data import WindowSampler, load_corpus
+from labkit.model import build_stage, init_full_state, stage_bounds
+from labkit.runtime.eventlog import EventLog
+from labkit.runtime.evaluate import Evaluator
+from labkit.runtime.peer import StagePeer
+from labkit.runtime.trainer import Trainer
+from labkit.swarm.ledger import StepLedger, Task
+from labkit.swarm.rebalance import join_stage
+
+
+class InProcessSwarm:
+    """Peers and trainers as threads of this process, coordinated under one lock."""
+
+    def __init__(self, cfg: RunConfig, log: EventLog, resume: dict[str, Any] | None = None) -> None:
+        self.cfg, self.log = cfg, log
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.num_stages = cfg.stages
+        self.bounds = stage_bounds(cfg.layer_split)
+        corpus = load_corpus(cfg.data)
+        self.corpus_description = corpus.describe()
+        self.sampler = WindowSampler(corpus.train, cfg.model.seq_len, cfg.seed)
+        self.evaluator = Evaluator(cfg, corpus.val, self.bounds)
+        self.loss_scale = 1.0 / (cfg.model.seq_len * cfg.global_batch)
+        start_step = resume["step"] if resume else 0
+        self.ledger = StepLedger(cfg.stages, cfg.microbatches_per_step, cfg.microbatch, step=start_step)
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._t0 = time.perf_counter()
+        self._peers: dict[str, StagePeer] = {}
+        self._epochs: dict[str, int] = {}
+        self._version = 0
+        self._counter = [0] * cfg.stages
+        self._paused: set[int] = set()
+        self._stopping = False
+        self._syncing = False
+        self.finished = threading.Event()
+        self.last_loss: float | None = None
+        self.error: Exception | None = None
+        self.step_hooks: list[Callable[[int], None]] = []  # called after each step, lock held
+        if resume:
+            self.snapshots = [dict(s) for s in resume["stages"]]
+        else:
+            full = init_full_state(cfg.model, cfg.seed)
+            self.snapshots = [{"params": build_stage(cfg.model, f, c, full).state_dict(), "optimizer": None} for f, c in self.bounds]
+        for stage, count in enumerate(cfg.peers_per_stage):
+            for _ in range(count):
+                self._spawn(stage, self.snapshots[stage])
+        self.trainers = [Trainer(f"t{i}", self) for i in range(cfg.trainers)]
+
+    # -- time and events ---------------------------------------------------------------------
+    def clock(self) -> float:
+        """Seconds since the swarm started."""
+        return time.perf_counter() - self._t0
+
+    def emit(self, event: events.Event) -> None:
+        self.log.emit(event)
+
+    def start(self) -> None:
+        """Start the trainer threads (peers start on construction)."""
+        self.emit(events.run(self.clock(), state="started", reason=self.corpus_description))
+        self.evaluate()
+        for trainer in self.trainers:
+            trainer.thread.start()
+
+    # -- the registry (what trainers route over) ----------------------------------------------
+    def registry(self) -> dict[str, tuple[int, int]]:
+        """Live peers: name -> (stage, announce epoch)."""
+        with self._lock:
+            return {name: (p.stage, self._epochs[name]) for name, p in self._peers.items()}
+
+    def peer(self, name: str) -> StagePeer | None:
+        with self._lock:
+            return self._peers.get(name)
+
+    def live(self, stage: int) -> list[StagePeer]:
+        """Live peers of `stage`, by name."""
+        with self._lock:
+            return sorted((p for p in self._peers.values() if p.stage == stage), key=lambda p: p.name)
+
+    def _spawn(self, stage: int, state: dict[str, Any]) -> str:
+        name = f"s{stage}p{self._counter[stage]}"
+        self._counter[stage] += 1
+        first, count = self.bounds[stage]
+        peer = StagePeer(name, stage, build_stage(self.cfg.model, first, count, state["params"]), self.cfg)
+        if state.get("optimizer") is not None:
+            peer.load_state(state)
+        self._peers[name] = peer
+        self._epochs[name] = 0
+        self._version += 1
+        self.emit(events.peer(self.clock(), peer=name, stage=stage, state="joined", queue=0))
+        return name
+
+    # -- verbs -------------------------------------------------------------------------------
+    def add_peer(self, stage: int | None = None) -> str:
+        """Start a peer on `stage` (None: the stage Algorithm 2 picks) with a neighbour's state."""
+        with self._lock:
+            if stage is None:
+                stage = join_stage({p.name: (p.stage, p.queue_length) for p in self._peers.values()}, self.num_stages)
+            if not (isinstance(stage, int) and 0 <= stage < self.num_stages):
+                raise ValueError(f"stage={stage!r} is not allowed: an integer in [0, {self.num_stages - 1}] or None")
+            neighbours = self.live(stage)
+            state = neighbours[0].submit(neighbours[0].state).result() if neighbours else self.snapshots[stage]
+            name = self._spawn(stage, state)
+            if stage in self._paused:
+                self._paused.discard(stage)
+                if not self._paused:
+                    self.emit(events.run(self.clock(), state="resumed", reason=f"{name} joined stage {stage}"))
+            self._cond.notify_all()
+            return name
+
+    def kill_peer(self, name: str, reason: str = "killed") -> None:
+        """Crash a peer: its queue, stashed activations and accumulated gradients are gone."""
+        with self._lock:
+            peer = self._peers.pop(name, None)
+            if peer is None:
+                raise KeyError(f"no live peer named {name!r}; live peers: {sorted(self._peers)}")
+            del self._epochs[name]
+            peer.kill()
+            lost = self.ledger.peer_lost(name)
+            self._version += 1
+            self.emit(events.peer(self.clock(), peer=name, stage=peer.stage, state="killed", queue=0) | {"reason": reason, "lost_samples": lost})
+            self._cond.notify_all()
+
+    def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
+        """A trainer gave up on a peer. If the request may have accumulated a gradient the ledger
+        never credited, the peer is evicted (a straggler) so that no sample is counted twice."""
+        self.emit(events.peer(self.clock(), peer=name, stage=-1, state="banned", queue=0))
+        if may_have_accumulated and self.peer(name) is not None:
+            self.kill_peer(name, reason="timeout during backward")
+
+    def stage_empty(self, stage: int) -> None:
+        """A trainer found no live peer for `stage`: pause until one is added."""
+        with self._lock:
+            if not self.live(stage) and stage not in self._paused:
+                self._paused.add(stage)
+                self.emit(events.run(self.clock(), state="paused", reason=f"stage {stage} has no live peer; add_peer({stage}) resumes the run"))
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            self._cond.notify_all()
+
+    @property
+    def paused_stages(self) -> set[int]:
+        with self._lock:
+            return set(self._paused)
+
+    # -- the step ledger ---------------------------------------------------------------------
+    def next_task(self) -> Task | None:
+        """Block until there is a microbatch to work on; None once the run is over."""
+        with self._cond:
+            while True:
+                if self._stopping:
+                    return None
+                if not self._paused and not self._syncing:
+                    task = self.ledger.next_task()
+                    if task is not None:
+                        return task
+                    if self.ledger.ready():
+                        try:
+                            self._step_boundary()
+                        except Exception as exc:  # a broken invariant ends the run loudly
+                            self.error = exc
+                            self.emit(events.run(self.clock(), state="failed", reason=f"{type(exc).__name__}: {exc}"))
+                            self._stopping = True
+                            self.finished.set()
+                            self._cond.notify_all()
+                        continue
+                self._cond.wait(timeout=0.5)
+
+    def finish(self, task: Task, credits: dict[int, str], loss: float | None) -> None:
+        with self._cond:
+            self.ledger.finish(task, credits, loss)
+            self._cond.notify_all()
+
+    def _step_boundary(self) -> None:
+        """All-reduce each stage's gradients over its live peers and step every peer identically."""
+        step = self.ledger.step
+        stage_samples = []
+        for stage in range(self.num_stages):
+            peers = self.live(stage)
+            taken = [p.submit(p.take_gradients).result() for p in peers]
+            credited = self.ledger.samples(stage)
+            for p, (_, samples) in zip(peers, taken):
+                if samples != credited.get(p.name, 0):
+                    raise RuntimeError(f"accounting broke: {p.name} accumulated {samples} samples, ledger credits {credited.get(p.name, 0)}")
+            total = sum(s for _, s in taken)
+            if total != self.cfg.global_batch:
+                raise RuntimeError(f"stage {stage} summed {total} samples, not the global batch {self.cfg.global_batch}")
+            stage_samples.append(total)
+            grads = [torch.stack(parts).sum(0) for parts in zip(*(g for g, _ in taken))]  # sum over peers
+            for f in [p.submit(p.optimizer_step, grads, step) for p in peers]:
+                f.result()
+            for p in peers:
+                p.submit(p.drop_stash)
+            self.snapshots[stage] = peers[0].submit(peers[0].state).result()
+        self.last_loss = self.ledger.loss()
+        self.ledger.advance()
+        now = self.clock()
+        self.emit(events.step(now, step=step + 1, loss=self.last_loss, samples=self.cfg.global_batch,
+                              tokens=self.cfg.global_batch * self.cfg.model.seq_len) | {"stage_samples": stage_samples})
+        for p in sorted(self._peers.values(), key=lambda p: p.name):
+            self.emit(events.peer(now, peer=p.name, stage=p.stage, state="alive", queue=p.queue_length))
+        for hook in self.step_hooks:
+            hook(step + 1)
+        done = step + 1 >= self.cfg.steps
+        if done or (self.cfg.eval_every and (step + 1) % self.cfg.eval_every == 0):
+            self._syncing = True
+            self._cond.release()
+            try:
+                self.evaluate()
+            finally:
+                self._cond.acquire()
+                self._syncing = False
+        if done:
+            self._stopping = True
+            self.finished.set()
+        self._cond.notify_all()
+
+    def evaluate(self) -> float:
+        """Validation loss of the parameters committed at the last step boundary."""
+        loss = self.evaluator.loss([s["params"] for s in self.snapshots])
+        self.emit(events.evaluation(self.clock(), step=self.ledger.step, val_loss=loss))
+        return loss
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the trainers to end, then stop the peers."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for trainer in self.trainers:
+            if trainer.thread.is_alive():
+                trainer.thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        for p in list(self._peers.values()):
+            p.close()
