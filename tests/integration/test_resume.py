@@ -1,0 +1,52 @@
+"""Checkpoint at step k, restore, continue: the result equals the uninterrupted run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import labkit
+from labkit.config import ModelConfig, RunConfig
+from labkit.model import assemble
+
+
+def _final_params(run: labkit.Run) -> dict[str, torch.Tensor]:
+    summary = run.wait(240)
+    assert summary["status"] == "finished", summary
+    return assemble([s["params"] for s in run._swarm.snapshots])
+
+
+@pytest.mark.parametrize(("stages", "peers", "trainers", "tol"), [(1, 1, 1, 0.0), (2, 2, 4, 1e-10)])
+def test_resume_equals_uninterrupted(small_run: RunConfig, tmp_path: Path, stages: int, peers: int, trainers: int, tol: float) -> None:
+    cfg = small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=stages,
+                            peers=peers, trainers=trainers, steps=6)
+    straight = _final_params(labkit.launch(cfg))
+
+    first = labkit.launch(cfg)
+    saved = first.checkpoint(tmp_path / "ckpt.pt").result(timeout=120)  # taken at the next step boundary
+    first.stop()
+    first.wait(120)
+    step = torch.load(saved, weights_only=False)["step"]
+    assert 1 <= step < cfg.steps
+
+    resumed = labkit.launch(cfg, resume=saved)
+    got = _final_params(resumed)
+    assert resumed.events.history("step")[0]["step"] == step + 1
+    worst = max(float((got[k] - straight[k]).abs().max()) for k in straight)
+    assert worst <= tol, f"resumed run differs from the uninterrupted one by {worst:.3g}"
+
+
+def test_resume_rejects_a_checkpoint_of_another_model(small_run: RunConfig, tmp_path: Path) -> None:
+    run = labkit.launch(small_run.replace(steps=2))
+    run.wait(120)
+    other = small_run.replace(model=ModelConfig(size="tiny", seq_len=32))
+    with pytest.raises(ValueError, match="holds model"):
+        labkit.launch(other, resume=_checkpoint_of(run, tmp_path))
+
+
+def _checkpoint_of(run: labkit.Run, tmp_path: Path) -> Path:
+    from labkit.runtime.checkpoint import save_checkpoint
+
+    return save_checkpoint(tmp_path / "c.pt", run.config, 1, run._swarm.snapshots)
