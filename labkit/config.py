@@ -135,7 +135,7 @@ class RunConfig:
     trainers: int = 4  # trainer threads, each routing one microbatch at a time
     global_batch: int = 32  # samples per optimizer step, summed over the whole swarm
     microbatch: int = 8  # samples per routed microbatch
-    steps: int = 60  # optimizer steps to run
+    steps: int = 400  # optimizer steps to run (about a minute for nano on 2 CPU cores)
     optimizer: str = "adamw"  # "adamw" (default) or "sgd"
     lr: float = 3e-3  # peak learning rate
     warmup_steps: int = 5  # linear warm-up from lr/warmup to lr
@@ -144,10 +144,10 @@ class RunConfig:
     peer_timeout: float = 30.0  # seconds a trainer waits for a peer before banning it
     delayed_updates: bool = False  # delayed parameter updates: step k's update overlaps batch k+1
     activation_checkpointing: bool = False  # peers keep only stage inputs, recompute in backward
-    eval_every: int = 20  # steps between validation-loss evaluations (0 = only first and last)
+    eval_every: int = 50  # steps between validation-loss evaluations (0 = only first and last)
     eval_batches: int = 4  # microbatches of validation data per evaluation
     seed: int = 0  # seeds parameters, data order and trainers
-    threads: int = 0  # torch intra-op threads; 0 = leave torch's default
+    threads: int = 1  # torch intra-op threads (process-wide); peers already run in parallel; 0 = torch default
 
     def __post_init__(self) -> None:
         o = "RunConfig"
