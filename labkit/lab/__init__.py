@@ -1,0 +1,1 @@
+"""Notebook-facing pieces: charts over the event schema (real and simulated runs alike)."""
