@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -33,7 +33,12 @@ class StagePeer:
     def __init__(self, name: str, stage: int, module: Stage, cfg: RunConfig) -> None:
         self.name, self.stage, self.module, self.cfg = name, stage, module, cfg
         self.params = [p for p in module.parameters()]
-        self.optimizer = make_optimizer(self.params, cfg)
+        # Delayed parameter updates: the optimizer owns a shadow copy that is stepped in the
+        # background while the next batch computes on `params`; the copy is adopted one step later.
+        self.shadow = [torch.nn.Parameter(p.detach().clone()) for p in self.params] if cfg.delayed_updates else None
+        self.optimizer = make_optimizer(self.shadow or self.params, cfg)
+        self._updater = ThreadPoolExecutor(1, thread_name_prefix=f"dpu-{name}") if cfg.delayed_updates else None
+        self._pending: Future | None = None
         self.accum = [torch.zeros_like(p) for p in self.params]
         self.samples = 0  # samples whose gradient is in `accum`
         self.delay = 0.0  # extra seconds per request: makes a peer slow on purpose (demos, tests)
@@ -105,6 +110,8 @@ class StagePeer:
         """Stop the worker after the requests already queued (a clean shutdown)."""
         self._requests.put(None)
         self._thread.join(timeout=10)
+        if self._updater is not None:
+            self._updater.shutdown(wait=True)
 
     # -- requests (run on the worker thread) --------------------------------------------------
     def forward(self, attempt: int, x: torch.Tensor, keep: bool) -> torch.Tensor:
@@ -168,24 +175,56 @@ class StagePeer:
         return grads, samples
 
     def optimizer_step(self, grads: list[torch.Tensor], step: int) -> None:
-        """Apply the stage's averaged gradient: every peer of a stage takes this identical step."""
-        for p, g in zip(self.params, grads):
+        """Apply the stage's summed gradient: every peer of a stage takes this identical step.
+
+        With delayed updates, adopt the parameters the previous step produced, then start this
+        step in the background, so the next batch is computed one update behind."""
+        if self.shadow is None:
+            self._step(self.params, grads, step)
+            return
+        self._adopt_shadow()
+        self._pending = self._updater.submit(self._step, self.shadow, grads, step)
+
+    def _step(self, params: list[torch.Tensor], grads: list[torch.Tensor], step: int) -> None:
+        for p, g in zip(params, grads):
             p.grad = g.clone()
         apply_step(self.optimizer, step, self.cfg)
-        for p in self.params:
+        for p in params:
             p.grad = None
 
+    def _adopt_shadow(self) -> None:
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+        with torch.no_grad():
+            for p, s in zip(self.params, self.shadow):
+                p.copy_(s)
+
     def state(self) -> dict[str, Any]:
-        """Parameters and optimizer state, copied (what a joining neighbour downloads)."""
-        return {
-            "params": {k: v.detach().clone() for k, v in self.module.state_dict().items()},
-            "optimizer": _clone(self.optimizer.state_dict()),
-        }
+        """Parameters and optimizer state, copied (what a joining neighbour downloads).
+
+        "params" are the newest parameters; with delayed updates "compute" holds the ones the
+        current batch runs on (one update behind)."""
+        params = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
+        state = {"params": params, "optimizer": _clone(self.optimizer.state_dict())}
+        if self.shadow is not None:
+            if self._pending is not None:
+                self._pending.result()
+            names = [n for n, _ in self.module.named_parameters()]
+            state["compute"] = params
+            state["params"] = {**params, **{n: s.detach().clone() for n, s in zip(names, self.shadow)}}
+        return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Adopt a neighbour's parameters and optimizer state."""
-        self.module.load_state_dict(state["params"])
-        self.optimizer.load_state_dict(_clone(state["optimizer"]))
+        self.module.load_state_dict(state.get("compute", state["params"]))
+        if self.shadow is not None:
+            named = dict(self.module.named_parameters())
+            with torch.no_grad():
+                for (n, _), s in zip(named.items(), self.shadow):
+                    s.copy_(state["params"][n])
+        if state.get("optimizer") is not None:
+            self.optimizer.load_state_dict(_clone(state["optimizer"]))
 
 
 def _clone(obj: Any) -> Any:

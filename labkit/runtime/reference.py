@@ -22,9 +22,15 @@ def reference_model(cfg: RunConfig) -> Stage:
 
 def train_reference(cfg: RunConfig, sampler: WindowSampler, steps: int | None = None,
                     model: Stage | None = None) -> tuple[Stage, list[float]]:
-    """Train `steps` optimizer steps of `cfg` in one process; returns the model and step losses."""
+    """Train `steps` optimizer steps of `cfg` in one process; returns the model and step losses.
+
+    With `cfg.delayed_updates`, gradients are computed on parameters one update behind: the
+    optimizer steps a separate copy, which the model adopts at the next step (as SWARM's peers do).
+    """
     model = model or reference_model(cfg)
-    optimizer = make_optimizer(model.parameters(), cfg)
+    params = list(model.parameters())
+    stepped = [torch.nn.Parameter(p.detach().clone()) for p in params] if cfg.delayed_updates else params
+    optimizer = make_optimizer(stepped, cfg)
     scale = 1.0 / (cfg.model.seq_len * cfg.global_batch)
     losses = []
     for step in range(steps if steps is not None else cfg.steps):
@@ -35,7 +41,16 @@ def train_reference(cfg: RunConfig, sampler: WindowSampler, steps: int | None = 
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum") * scale
             loss.backward()  # gradients accumulate over the global batch
             total += float(loss.detach())
+        if cfg.delayed_updates:
+            for p, s in zip(params, stepped):
+                s.grad, p.grad = p.grad, None
+                with torch.no_grad():
+                    p.copy_(s)  # adopt the previous step's result, then step the copy
         apply_step(optimizer, step, cfg)
         optimizer.zero_grad(set_to_none=True)
         losses.append(total)
+    if cfg.delayed_updates:
+        with torch.no_grad():
+            for p, s in zip(params, stepped):
+                p.copy_(s)  # the newest parameters, as a SWARM run reports them
     return model, losses

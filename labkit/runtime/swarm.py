@@ -103,8 +103,7 @@ class InProcessSwarm:
         self._counter[stage] += 1
         first, count = self.bounds[stage]
         peer = StagePeer(name, stage, build_stage(self.cfg.model, first, count, state["params"]), self.cfg)
-        if state.get("optimizer") is not None:
-            peer.load_state(state)
+        peer.load_state(state)
         self._peers[name] = peer
         self._epochs[name] = 0
         self._version += 1

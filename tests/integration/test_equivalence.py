@@ -52,3 +52,16 @@ def test_swarm_matches_single_process(small_run: RunConfig, stages: int, peers: 
     worst = max(float((got[k] - want[k]).abs().max()) for k in want)
     assert worst <= tol, f"max |swarm - reference| = {worst:.3g} > {tol}"
 
+
+
+@pytest.mark.parametrize("option", ["delayed_updates", "activation_checkpointing"])
+def test_options_keep_equivalence(small_run: RunConfig, option: str) -> None:
+    """Activation checkpointing changes nothing; delayed updates equal the reference's stale loop."""
+    cfg = small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=2,
+                            steps=4, **{option: True})
+    got, want = _swarm_params(cfg), _reference_params(cfg)
+    plain = _reference_params(cfg.replace(**{option: False}))
+    worst = max(float((got[k] - want[k]).abs().max()) for k in want)
+    assert worst <= 1e-10, f"max |swarm - reference| = {worst:.3g}"
+    differs = max(float((plain[k] - want[k]).abs().max()) for k in want)
+    assert (differs > 1e-4) == (option == "delayed_updates"), f"{option}: differs from plain training by {differs:.3g}"
