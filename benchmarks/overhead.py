@@ -66,6 +66,8 @@ def main() -> None:
     medians = {name: statistics.median(values) for name, values in results.items()}
     for name, values in results.items():
         print(f"{name:>11}: median {medians[name]:,.0f} tokens/s  (runs: {', '.join(f'{v:,.0f}' for v in values)})")
+    paired = [a / b for a, b in zip(results["labkit 1x1"], results["plain"])]
+    print(f"paired 1x1/plain ratios per repeat: {', '.join(f'{r:.3f}' for r in paired)} (median {statistics.median(paired):.3f})")
     print(f"overhead_ratio={medians['labkit 1x1'] / medians['plain']:.3f}")
 
 
