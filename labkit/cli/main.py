@@ -17,7 +17,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag or value as one line, without the usage dump."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"labkit {self.prog.split(' ', 1)[-1]}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

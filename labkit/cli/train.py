@@ -79,6 +79,9 @@ def run_train(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"labkit train: error: {exc}", file=sys.stderr)
         return 2
+    if args.data is not None and not Path(args.data).exists():
+        print(f"labkit train: error: --data {args.data!r} does not exist: give a text file or a folder of text files", file=sys.stderr)
+        return 2
     from tqdm import tqdm
 
     import labkit

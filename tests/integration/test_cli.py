@@ -1,0 +1,44 @@
+"""`labkit train` end to end in a subprocess: run directory, summary, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _labkit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "labkit.cli.main", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_train_writes_a_run_directory(tmp_path: Path) -> None:
+    out = _labkit("train", "--steps", "30", "--seq-len", "32", "--global-batch", "16", "--microbatch", "4",
+                  "--eval-every", "0", "--no-progress", "--run-dir", "run", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 30
+    assert summary["val_loss_after"] < summary["val_loss_before"] - 0.5
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert {e["type"] for e in events} >= {"run", "hop", "step", "peer", "eval"}
+    assert (run / "checkpoint.pt").stat().st_size > 100_000
+    assert "validation loss" in out.stdout
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--stages", "0"], "RunConfig.stages=0 is not allowed"),
+    (["--peers", "two"], "argument --peers"),
+    (["--size", "huge"], "argument --size: invalid choice"),
+    (["--layer-split", "3,3"], "RunConfig.layer_split=(3, 3) is not allowed"),
+    (["--lr", "-1"], "RunConfig.lr=-1.0 is not allowed"),
+    (["--data", "/no/such/path"], "does not exist"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_bad_flags_give_one_line_errors(tmp_path: Path, args: list[str], needle: str) -> None:
+    out = _labkit("train", *args, cwd=tmp_path)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "error" in lines[0], out.stderr
