@@ -117,6 +117,33 @@ class DataConfig:
 
 
 OPTIMIZERS = ("adamw", "sgd")
+SYNC_MODES = ("allreduce", "diloco")
+INNER_STATES = ("keep", "reset")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SyncConfig:
+    """How each stage's peers agree: SWARM's gradient all-reduce every step, or DiLoCo.
+
+    DiLoCo (seed 001): every peer takes `inner_steps` (H) local optimizer steps on its own
+    gradients, then the stage averages the pseudo-gradients (local - global parameters, weighted by
+    the samples each peer processed) and an outer Nesterov SGD step moves the global parameters
+    toward the average; every peer then restarts from the new global parameters.
+    """
+
+    mode: str = "allreduce"  # "allreduce" (SWARM, every step) or "diloco"
+    inner_steps: int = 20  # H: local steps between outer steps (DiLoCo only)
+    outer_lr: float = 0.7  # outer Nesterov SGD learning rate
+    outer_momentum: float = 0.9  # outer momentum (0 = plain SGD)
+    inner_state: str = "keep"  # inner optimizer state across outer steps: "keep" or "reset"
+
+    def __post_init__(self) -> None:
+        o = "SyncConfig"
+        _check(self.mode in SYNC_MODES, o, "mode", self.mode, f"one of {list(SYNC_MODES)}")
+        _check(_is_int(self.inner_steps) and self.inner_steps >= 1, o, "inner_steps", self.inner_steps, "an integer >= 1")
+        _check(_is_number(self.outer_lr) and self.outer_lr > 0, o, "outer_lr", self.outer_lr, "a finite number > 0")
+        _check(_is_number(self.outer_momentum) and 0 <= self.outer_momentum < 1, o, "outer_momentum", self.outer_momentum, "a number in [0, 1)")
+        _check(self.inner_state in INNER_STATES, o, "inner_state", self.inner_state, f"one of {list(INNER_STATES)}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -137,6 +164,8 @@ class RunConfig:
     microbatch: int = 8  # samples per routed microbatch
     steps: int = 400  # optimizer steps to run (about a minute for nano on 2 CPU cores)
     optimizer: str = "adamw"  # "adamw" (default) or "sgd"
+    momentum: float = 0.9  # SGD momentum (the "sgd" optimizer only)
+    sync: SyncConfig = field(default_factory=SyncConfig)  # SWARM all-reduce or DiLoCo within each stage
     lr: float = 3e-3  # peak learning rate
     warmup_steps: int = 5  # linear warm-up from lr/warmup to lr
     weight_decay: float = 0.01  # decoupled weight decay
@@ -180,7 +209,11 @@ class RunConfig:
         _check(_is_number(self.weight_decay) and self.weight_decay >= 0, o, "weight_decay", self.weight_decay, "a finite number >= 0")
         _check(_is_number(self.gamma) and 0 < self.gamma <= 1, o, "gamma", self.gamma, "a number in (0, 1]")
         _check(_is_number(self.peer_timeout) and self.peer_timeout > 0, o, "peer_timeout", self.peer_timeout, "a finite number of seconds > 0")
+        _check(_is_number(self.momentum) and 0 <= self.momentum < 1, o, "momentum", self.momentum, "a number in [0, 1)")
+        _check(isinstance(self.sync, SyncConfig), o, "sync", self.sync, "a SyncConfig")
         _check(isinstance(self.delayed_updates, bool), o, "delayed_updates", self.delayed_updates, "True or False")
+        _check(not (self.delayed_updates and self.sync.mode == "diloco"), o, "delayed_updates", self.delayed_updates,
+               "False when sync.mode is 'diloco' (DiLoCo already takes its updates locally)")
         _check(isinstance(self.activation_checkpointing, bool), o, "activation_checkpointing", self.activation_checkpointing, "True or False")
         _check(_is_int(self.eval_every) and self.eval_every >= 0, o, "eval_every", self.eval_every, "an integer >= 0")
         _check(_is_int(self.eval_batches) and self.eval_batches >= 1, o, "eval_batches", self.eval_batches, "an integer >= 1")
@@ -209,7 +242,7 @@ class RunConfig:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, (ModelConfig, DataConfig)):
+            if isinstance(value, (ModelConfig, DataConfig, SyncConfig)):
                 value = {g.name: getattr(value, g.name) for g in fields(value)}
             elif isinstance(value, tuple):
                 value = list(value)
@@ -224,6 +257,8 @@ class RunConfig:
             data["model"] = ModelConfig(**data["model"])
         if isinstance(data.get("data"), dict):
             data["data"] = DataConfig(**data["data"])
+        if isinstance(data.get("sync"), dict):
+            data["sync"] = SyncConfig(**data["sync"])
         return cls(**data)
 
 

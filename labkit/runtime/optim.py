@@ -20,11 +20,16 @@ def lr_at(step: int, cfg: RunConfig) -> float:
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: RunConfig) -> torch.optim.Optimizer:
-    """AdamW (default) or SGD with momentum, as `cfg.optimizer` says; lr is set per step."""
+    """AdamW (default) or SGD with `cfg.momentum`, as `cfg.optimizer` says; lr is set per step."""
     params = list(params)
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay, foreach=False)
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay, foreach=False)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, foreach=False)
+
+
+def make_outer_optimizer(params: Iterable[torch.nn.Parameter], lr: float, momentum: float) -> torch.optim.Optimizer:
+    """DiLoCo's outer optimizer: SGD with Nesterov momentum (plain SGD when momentum is 0)."""
+    return torch.optim.SGD(list(params), lr=lr, momentum=momentum, nesterov=momentum > 0, foreach=False)
 
 
 def apply_step(optimizer: torch.optim.Optimizer, step: int, cfg: RunConfig) -> None:

@@ -18,8 +18,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from labkit.config import RunConfig
+from labkit.config import RunConfig, SyncConfig
 from labkit.model import Stage
+from labkit.runtime.diloco import OuterState
 from labkit.runtime.optim import apply_step, make_optimizer
 
 
@@ -39,6 +40,7 @@ class StagePeer:
         self.optimizer = make_optimizer(self.shadow or self.params, cfg)
         self._updater = ThreadPoolExecutor(1, thread_name_prefix=f"dpu-{name}") if cfg.delayed_updates else None
         self._pending: Future | None = None
+        self.outer: OuterState | None = None  # set while the stage syncs with DiLoCo
         self.accum = [torch.zeros_like(p) for p in self.params]
         self.samples = 0  # samples whose gradient is in `accum`
         self.delay = 0.0  # extra seconds per request: makes a peer slow on purpose (demos, tests)
@@ -200,6 +202,31 @@ class StagePeer:
             for p, s in zip(self.params, self.shadow):
                 p.copy_(s)
 
+    def enter_diloco(self, sync: SyncConfig) -> None:
+        """Start DiLoCo: the current parameters become the stage's global parameters."""
+        self.outer = OuterState(self.params, sync)
+
+    def leave_diloco(self) -> None:
+        """Back to all-reduce: a fresh optimizer, identical on every peer of the stage."""
+        self.outer = None
+        self.optimizer = make_optimizer(self.params, self.cfg)
+
+    def local_step(self, grads: list[torch.Tensor], samples: int, step: int) -> None:
+        """DiLoCo inner step on this peer's own gradients, rescaled to a mean over its samples."""
+        scale = self.cfg.global_batch / samples
+        self._step(self.params, [g * scale for g in grads], step)
+        self.outer.round_samples += samples
+
+    def pseudo_gradient(self) -> tuple[list[torch.Tensor], int]:
+        """(local - global parameters, samples processed this round)."""
+        return self.outer.pseudo_gradient(self.params), self.outer.round_samples
+
+    def outer_step(self, delta: list[torch.Tensor]) -> None:
+        """Apply the stage's averaged pseudo-gradient; restart from the new global parameters."""
+        self.outer.outer_step(delta, self.params)
+        if self.outer.cfg.inner_state == "reset":
+            self.optimizer = make_optimizer(self.params, self.cfg)
+
     def state(self) -> dict[str, Any]:
         """Parameters and optimizer state, copied (what a joining neighbour downloads).
 
@@ -213,6 +240,11 @@ class StagePeer:
             names = [n for n, _ in self.module.named_parameters()]
             state["compute"] = params
             state["params"] = {**params, **{n: s.detach().clone() for n, s in zip(names, self.shadow)}}
+        if self.outer is not None:
+            names = [n for n, _ in self.module.named_parameters()]
+            state["outer"] = self.outer.state()
+            state["sync"] = self.outer.cfg
+            state["global_params"] = {**params, **dict(zip(names, state["outer"]["global"]))}
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -225,6 +257,10 @@ class StagePeer:
                     s.copy_(state["params"][n])
         if state.get("optimizer") is not None:
             self.optimizer.load_state_dict(_clone(state["optimizer"]))
+        if state.get("outer") is not None:  # a DiLoCo joiner adopts the global parameters and outer state
+            self.outer = OuterState(self.params, state["sync"])
+            self.outer.load(_clone(state["outer"]))
+            self.module.load_state_dict(state["global_params"])
 
 
 def _clone(obj: Any) -> Any:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit import events
-from labkit.config import RunConfig
+from labkit.config import RunConfig, SyncConfig
 from labkit.runtime.checkpoint import load_checkpoint, save_checkpoint
 from labkit.runtime.eventlog import EventLog
 from labkit.runtime.swarm import InProcessSwarm
@@ -73,7 +73,10 @@ class Run:
         return getattr(self, "_stop", False)
 
     def _on_step(self, step: int) -> None:
-        """Step hook (swarm lock held): take requested checkpoints at this consistent boundary."""
+        """Step hook (swarm lock held): take requested checkpoints at this consistent boundary
+        (with DiLoCo, at an outer-step boundary, where every peer holds the global parameters)."""
+        if self._swarm.schedule.inner != 0:
+            return
         with self._lock:
             pending, self._checkpoints = self._checkpoints, []
         for path, future in pending:
@@ -104,6 +107,7 @@ class Run:
             "tokens_per_second": tokens / train_seconds if train_seconds > 0 else None,
             "seconds": seconds,
             "peers_killed": len([e for e in self.events.history("peer") if e["state"] == "killed"]),
+            **traffic(self.events.history(), swarm.num_stages),
             "corpus": swarm.corpus_description,
         }
         if swarm.error is not None:
@@ -152,6 +156,14 @@ class Run:
             raise KeyError(f"no live peer named {peer!r}")
         target.delay = float(seconds)
 
+    def set_sync(self, sync: SyncConfig) -> None:
+        """Switch each stage between SWARM all-reduce and DiLoCo at the next outer-step boundary."""
+        if not isinstance(sync, SyncConfig):
+            raise TypeError(f"sync={sync!r} is not allowed: a labkit.SyncConfig")
+        if sync.mode == "diloco" and self.config.delayed_updates:
+            raise ValueError("sync.mode='diloco' is not allowed with delayed_updates=True")
+        self._swarm_or_raise().set_sync(sync)
+
     def checkpoint(self, path: str | Path) -> Future:
         """Save the whole run at the next step boundary; the future resolves to the path."""
         future: Future = Future()
@@ -175,6 +187,18 @@ class Run:
     def summary(self) -> dict[str, Any]:
         """The end-of-run summary (empty while running)."""
         return dict(self._summary)
+
+
+def traffic(history: list[dict[str, Any]], num_stages: int) -> dict[str, Any]:
+    """Bytes sent per stage and in total: pipeline (activations and their gradients, from hop
+    events) and data-parallel (gradient all-reduce or DiLoCo pseudo-gradients, from sync events)."""
+    pipeline, dp = [0] * num_stages, [0] * num_stages
+    for e in history:
+        if e["type"] == "hop":
+            pipeline[e["stage"]] += e["bytes"]
+        elif e["type"] == "sync":
+            dp[e["stage"]] += e["bytes"]
+    return {"pipeline_bytes": pipeline, "dp_bytes": dp, "pipeline_bytes_total": sum(pipeline), "dp_bytes_total": sum(dp)}
 
 
 def launch(config: RunConfig, *, backend: str = "inprocess", run_dir: str | Path | None = None,

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from labkit import events
-from labkit.config import RunConfig
+from labkit.config import RunConfig, SyncConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import build_stage, init_full_state, stage_bounds
 from labkit.runtime.eventlog import EventLog
@@ -26,6 +26,7 @@ from labkit.runtime.peer import StagePeer
 from labkit.runtime.trainer import Trainer
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.rebalance import join_stage
+from labkit.swarm.sync import SyncSchedule, sample_weights
 
 
 class InProcessSwarm:
@@ -58,6 +59,7 @@ class InProcessSwarm:
         self.last_loss: float | None = None
         self.error: Exception | None = None
         self.step_hooks: list[Callable[[int], None]] = []  # called after each step, lock held
+        self.schedule = SyncSchedule(cfg.sync)
         if resume:
             self.snapshots = [dict(s) for s in resume["stages"]]
         else:
@@ -65,7 +67,9 @@ class InProcessSwarm:
             self.snapshots = [{"params": build_stage(cfg.model, f, c, full).state_dict(), "optimizer": None} for f, c in self.bounds]
         for stage, count in enumerate(cfg.peers_per_stage):
             for _ in range(count):
-                self._spawn(stage, self.snapshots[stage])
+                name = self._spawn(stage, self.snapshots[stage])
+                if cfg.sync.mode == "diloco" and self._peers[name].outer is None:
+                    self._peers[name].enter_diloco(cfg.sync)
         self.trainers = [Trainer(f"t{i}", self) for i in range(cfg.trainers)]
 
     # -- time and events ---------------------------------------------------------------------
@@ -194,23 +198,24 @@ class InProcessSwarm:
             self._cond.notify_all()
 
     def _step_boundary(self) -> None:
-        """All-reduce each stage's gradients over its live peers and step every peer identically."""
+        """Each stage syncs its live peers (all-reduce, or a DiLoCo inner/outer step); then events."""
         step = self.ledger.step
+        decision = self.schedule.boundary()
         stage_samples = []
         for stage in range(self.num_stages):
             peers = self.live(stage)
-            taken = [p.submit(p.take_gradients).result() for p in peers]
-            credited = self.ledger.samples(stage)
-            for p, (_, samples) in zip(peers, taken):
-                if samples != credited.get(p.name, 0):
-                    raise RuntimeError(f"accounting broke: {p.name} accumulated {samples} samples, ledger credits {credited.get(p.name, 0)}")
-            total = sum(s for _, s in taken)
-            if total != self.cfg.global_batch:
-                raise RuntimeError(f"stage {stage} summed {total} samples, not the global batch {self.cfg.global_batch}")
-            stage_samples.append(total)
-            grads = [torch.stack(parts).sum(0) for parts in zip(*(g for g, _ in taken))]  # sum over peers
-            for f in [p.submit(p.optimizer_step, grads, step) for p in peers]:
-                f.result()
+            taken = self._collect(stage, peers)
+            stage_samples.append(sum(n for _, n in taken))
+            if decision.allreduce:
+                grads = [torch.stack(parts).sum(0) for parts in zip(*(g for g, _ in taken))]  # sum over peers
+                self._wait([p.submit(p.optimizer_step, grads, step) for p in peers])
+                self._dp_bytes(step, stage, "allreduce", peers, grads)
+            else:
+                self._wait([p.submit(p.local_step, g, n, step) for p, (g, n) in zip(peers, taken) if n > 0])
+                if decision.outer:
+                    self._outer_step(step, stage, peers)
+            if decision.switch_to is not None:
+                self._switch(peers, decision.switch_to)
             for p in peers:
                 p.submit(p.drop_stash)
             self.snapshots[stage] = peers[0].submit(peers[0].state).result()
@@ -237,9 +242,52 @@ class InProcessSwarm:
             self.finished.set()
         self._cond.notify_all()
 
+    def _collect(self, stage: int, peers: list[StagePeer]) -> list[tuple[list[torch.Tensor], int]]:
+        """Take every live peer's gradient sums, checking them against the ledger's credits."""
+        taken = [p.submit(p.take_gradients).result() for p in peers]
+        credited = self.ledger.samples(stage)
+        for p, (_, samples) in zip(peers, taken):
+            if samples != credited.get(p.name, 0):
+                raise RuntimeError(f"accounting broke: {p.name} accumulated {samples} samples, ledger credits {credited.get(p.name, 0)}")
+        total = sum(n for _, n in taken)
+        if total != self.cfg.global_batch:
+            raise RuntimeError(f"stage {stage} summed {total} samples, not the global batch {self.cfg.global_batch}")
+        return taken
+
+    def _outer_step(self, step: int, stage: int, peers: list[StagePeer]) -> None:
+        """DiLoCo: average the peers' pseudo-gradients, weighted by samples, and step every peer."""
+        reported = [p.submit(p.pseudo_gradient).result() for p in peers]
+        weights = sample_weights({p.name: n for p, (_, n) in zip(peers, reported)})
+        delta = [sum(weights[p.name] * d[i] for p, (d, _) in zip(peers, reported)) for i in range(len(reported[0][0]))]
+        self._wait([p.submit(p.outer_step, delta) for p in peers])
+        self._dp_bytes(step, stage, "diloco", peers, delta)
+
+    def _switch(self, peers: list[StagePeer], sync: SyncConfig) -> None:
+        """Change every peer of a stage to `sync`'s mode (DiLoCo starts from the current parameters)."""
+        if sync.mode == "diloco":
+            self._wait([p.submit(p.enter_diloco, sync) for p in peers])
+        else:
+            self._wait([p.submit(p.leave_diloco) for p in peers])
+
+    def _dp_bytes(self, step: int, stage: int, kind: str, peers: list[StagePeer], tensors: list[torch.Tensor]) -> None:
+        """Data-parallel traffic of one sync: each peer sends its tensors and receives the average."""
+        size = sum(t.numel() * t.element_size() for t in tensors)
+        self.emit({"type": "sync", "t": self.clock(), "step": step + 1, "stage": stage, "kind": kind,
+                   "peers": len(peers), "bytes": 2 * size * len(peers)})
+
+    @staticmethod
+    def _wait(futures: list) -> None:
+        for f in futures:
+            f.result()
+
+    def set_sync(self, sync: SyncConfig) -> None:
+        """Switch between all-reduce and DiLoCo at the next boundary where the current mode can stop."""
+        with self._lock:
+            self.schedule.request(sync)
+
     def evaluate(self) -> float:
         """Validation loss of the parameters committed at the last step boundary."""
-        loss = self.evaluator.loss([s["params"] for s in self.snapshots])
+        loss = self.evaluator.loss([s.get("global_params", s["params"]) for s in self.snapshots])
         self.emit(events.evaluation(self.clock(), step=self.ledger.step, val_loss=loss))
         return loss
 
