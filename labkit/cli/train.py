@@ -13,7 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from labkit.config import MODEL_SIZES, OPTIMIZERS, POSITIONS, ConfigError, DataConfig, ModelConfig, RunConfig
+from labkit.config import (INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES, ConfigError, DataConfig,
+                           ModelConfig, RunConfig, SyncConfig)
 
 
 def _split(text: str) -> tuple[int, ...]:
@@ -50,6 +51,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer, help="optimizer")
     p.add_argument("--lr", type=float, default=defaults.lr, help="peak learning rate")
     p.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps, help="linear warm-up steps")
+    sync = SyncConfig()
+    p.add_argument("--sync", choices=SYNC_MODES, default=sync.mode, help="within a stage: SWARM all-reduce or DiLoCo")
+    p.add_argument("--inner-steps", type=int, default=sync.inner_steps, help="DiLoCo: local steps H between outer steps")
+    p.add_argument("--outer-lr", type=float, default=sync.outer_lr, help="DiLoCo: outer Nesterov SGD learning rate")
+    p.add_argument("--outer-momentum", type=float, default=sync.outer_momentum, help="DiLoCo: outer momentum")
+    p.add_argument("--inner-state", choices=INNER_STATES, default=sync.inner_state, help="DiLoCo: inner optimizer state across rounds")
+    p.add_argument("--delayed-updates", action="store_true", help="delayed parameter updates (one step stale)")
     p.add_argument("--eval-every", type=int, default=defaults.eval_every, help="steps between validation losses")
     p.add_argument("--activation-checkpointing", action="store_true", help="peers recompute activations in backward")
     p.add_argument("--seed", type=int, default=defaults.seed, help="seed of parameters and data order")
@@ -68,7 +76,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         data=DataConfig(path=args.data), stages=args.stages, peers=args.peers, layer_split=args.layer_split,
         trainers=args.trainers, global_batch=args.global_batch, microbatch=args.microbatch, steps=args.steps,
         optimizer=args.optimizer, lr=args.lr, warmup_steps=args.warmup_steps, eval_every=args.eval_every,
-        activation_checkpointing=args.activation_checkpointing, seed=args.seed, threads=args.threads,
+        activation_checkpointing=args.activation_checkpointing, delayed_updates=args.delayed_updates,
+        seed=args.seed, threads=args.threads,
+        sync=SyncConfig(mode=args.sync, inner_steps=args.inner_steps, outer_lr=args.outer_lr,
+                        outer_momentum=args.outer_momentum, inner_state=args.inner_state),
     )
 
 
@@ -121,7 +132,8 @@ def run_train(args: argparse.Namespace) -> int:
     summary = run.wait()
     bar.close()
     print(json.dumps({k: summary.get(k) for k in ("status", "steps", "val_loss_before", "val_loss_after",
-                                                  "tokens_per_second", "seconds")}, indent=None))
+                                                  "tokens_per_second", "seconds", "pipeline_bytes_total",
+                                                  "dp_bytes_total")}, indent=None))
     if summary.get("status") == "failed":
         print(f"labkit train: error: {summary.get('error')}", file=sys.stderr)
         return 1
