@@ -41,13 +41,16 @@ def test_kill_with_accumulated_gradients_recomputes_them(small_run: RunConfig) -
     cfg = small_run.replace(stages=2, peers=2, steps=10, global_batch=32, microbatch=2, eval_every=0)
     run = labkit.launch(cfg)
     _wait_for_step(run, 2)
-    lost = 0
-    for victim in ("s0p0", "s1p1"):
+    swarm = run._swarm
+    for stage, victim in ((0, "s0p0"), (1, "s1p1")):
         deadline = time.monotonic() + 30
-        while run._swarm.peer(victim).samples == 0:  # wait until it holds gradients
-            assert time.monotonic() < deadline
+        while True:  # kill at a moment when the ledger credits the victim with samples of this step
+            assert time.monotonic() < deadline, "the victim never held credited samples"
+            with swarm._lock:
+                if swarm.ledger.samples(stage).get(victim, 0) > 0:
+                    run.kill_peer(victim)
+                    break
             time.sleep(0.001)
-        run.kill_peer(victim)
     summary = run.wait(180)
     assert summary["status"] == "finished", summary
     killed = [e for e in run.events.history("peer") if e["state"] == "killed"]
