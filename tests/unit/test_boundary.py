@@ -28,9 +28,13 @@ def test_halves_shapes(kind: str, factor: int) -> None:
     assert recv(z).shape == (3, 16, D)
 
 
+def ln(t: torch.Tensor) -> torch.Tensor:
+    """A plain LayerNorm (weight 1, bias 0), which is what the init leaves every boundary norm."""
+    return F.layer_norm(t, t.shape[-1:])
+
+
 def test_bottleneck_and_maxout_follow_the_appendix_formulas() -> None:
     h = torch.randn(2, 8, D)
-    ln = lambda t: F.layer_norm(t, t.shape[-1:])  # noqa: E731 - the init leaves every LayerNorm plain
     send, recv = pair("bottleneck", 2, seed=3)
     w_c, w_d = send.compress.weight.T, recv.decompress.weight.T  # (d, d/2), (d/2, d)
     torch.testing.assert_close(recv(send(h)), ln(ln(h) @ w_c) @ w_d)
