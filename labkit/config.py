@@ -116,6 +116,29 @@ class DataConfig:
         _check(_is_int(self.max_bytes) and self.max_bytes >= 1024, o, "max_bytes", self.max_bytes, "an integer >= 1024")
 
 
+WIRE_CODECS = ("fp32", "fp16", "bf16", "int8")  # the names labkit.wire.CODECS registers
+BOUNDARIES = ("none", "bottleneck", "maxout")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CompressionConfig:
+    """Codec for activations and their gradients between stages, plus optional boundary layers.
+
+    >>> CompressionConfig(codec="int8", boundary="maxout", factor=2).boundary
+    'maxout'
+    """
+
+    codec: str = "fp32"  # wire codec: fp32 (no compression), fp16, bf16, int8 (switchable mid-run)
+    boundary: str = "none"  # "none", "bottleneck" or "maxout" layers at every stage boundary (App. J)
+    factor: int = 2  # boundary compression factor: d_model / features sent (ignored for "none")
+
+    def __post_init__(self) -> None:
+        o = "CompressionConfig"
+        _check(self.codec in WIRE_CODECS, o, "codec", self.codec, f"one of {sorted(WIRE_CODECS)}")
+        _check(self.boundary in BOUNDARIES, o, "boundary", self.boundary, f"one of {list(BOUNDARIES)}")
+        _check(_is_int(self.factor) and self.factor >= 1, o, "factor", self.factor, "an integer >= 1 dividing d_model")
+
+
 OPTIMIZERS = ("adamw", "sgd")
 SYNC_MODES = ("allreduce", "diloco")
 INNER_STATES = ("keep", "reset")
@@ -166,6 +189,7 @@ class RunConfig:
     optimizer: str = "adamw"  # "adamw" (default) or "sgd"
     momentum: float = 0.9  # SGD momentum (the "sgd" optimizer only)
     sync: SyncConfig = field(default_factory=SyncConfig)  # SWARM all-reduce or DiLoCo within each stage
+    compression: CompressionConfig = field(default_factory=CompressionConfig)  # wire codec, boundary layers
     lr: float = 3e-3  # peak learning rate
     warmup_steps: int = 5  # linear warm-up from lr/warmup to lr
     weight_decay: float = 0.01  # decoupled weight decay
@@ -211,6 +235,10 @@ class RunConfig:
         _check(_is_number(self.peer_timeout) and self.peer_timeout > 0, o, "peer_timeout", self.peer_timeout, "a finite number of seconds > 0")
         _check(_is_number(self.momentum) and 0 <= self.momentum < 1, o, "momentum", self.momentum, "a number in [0, 1)")
         _check(isinstance(self.sync, SyncConfig), o, "sync", self.sync, "a SyncConfig")
+        _check(isinstance(self.compression, CompressionConfig), o, "compression", self.compression, "a CompressionConfig")
+        if self.compression.boundary != "none":
+            _check(self.model.d_model % self.compression.factor == 0, o, "compression", self.compression,
+                   f"a boundary factor dividing the model's d_model={self.model.d_model}")
         _check(isinstance(self.delayed_updates, bool), o, "delayed_updates", self.delayed_updates, "True or False")
         _check(not (self.delayed_updates and self.sync.mode == "diloco"), o, "delayed_updates", self.delayed_updates,
                "False when sync.mode is 'diloco' (DiLoCo already takes its updates locally)")
@@ -242,7 +270,7 @@ class RunConfig:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, (ModelConfig, DataConfig, SyncConfig)):
+            if isinstance(value, (ModelConfig, DataConfig, SyncConfig, CompressionConfig)):
                 value = {g.name: getattr(value, g.name) for g in fields(value)}
             elif isinstance(value, tuple):
                 value = list(value)
@@ -257,6 +285,8 @@ class RunConfig:
             data["model"] = ModelConfig(**data["model"])
         if isinstance(data.get("data"), dict):
             data["data"] = DataConfig(**data["data"])
+        if isinstance(data.get("compression"), dict):
+            data["compression"] = CompressionConfig(**data["compression"])
         if isinstance(data.get("sync"), dict):
             data["sync"] = SyncConfig(**data["sync"])
         return cls(**data)

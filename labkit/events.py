@@ -40,3 +40,13 @@ def evaluation(t: float, *, step: int, val_loss: float) -> Event:
 def run(t: float, *, state: str, reason: str = "") -> Event:
     """The run's life cycle: started, paused (a stage lost its last peer), resumed, finished, ..."""
     return {"type": "run", "t": t, "state": state, "reason": reason}
+
+
+def setting(t: float, *, name: str, value: Any) -> Event:
+    """A run setting changed mid-run (e.g. name="codec", value="int8")."""
+    return {"type": "setting", "t": t, "name": name, "value": value}
+
+
+def sync(t: float, *, step: int, stage: int, kind: str, peers: int, nbytes: int) -> Event:
+    """A stage's data-parallel sync: gradient all-reduce or DiLoCo outer step, with bytes sent."""
+    return {"type": "sync", "t": t, "step": step, "stage": stage, "kind": kind, "peers": peers, "bytes": int(nbytes)}

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.config import ModelConfig
+from labkit.model.boundary import BoundaryRecv, BoundarySend
 
 
 def rotary_tables(seq_len: int, head_dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,9 +92,11 @@ class Stage(nn.Module):
     Input of the first stage: token ids (B, T) int64. Input of later stages and output of all but
     the last: hidden states (B, T, d). Output of the last stage: logits (B, T, vocab).
     With `share_layers`, the stage holds one block (named by its first index) applied `count` times.
+    `boundary` = (kind, factor, stage index, stage count) adds compression-aware boundary halves:
+    the receiving half of boundary index-1 before the blocks, the sending half of boundary index after.
     """
 
-    def __init__(self, cfg: ModelConfig, first: int, count: int) -> None:
+    def __init__(self, cfg: ModelConfig, first: int, count: int, boundary: tuple[str, int, int, int] | None = None) -> None:
         super().__init__()
         self.cfg, self.first, self.count = cfg, first, count
         self.is_first = first == 0
@@ -107,9 +110,20 @@ class Stage(nn.Module):
         if self.is_last:
             self.ln_f = nn.LayerNorm(cfg.d_model)
             self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.boundaries = nn.ModuleDict()  # boundary index -> {"recv" | "send": half}
+        if boundary is not None:
+            kind, factor, index, stages = boundary
+            if index > 0:
+                self.boundaries[str(index - 1)] = nn.ModuleDict({"recv": BoundaryRecv(cfg.d_model, factor, kind)})
+            if index < stages - 1:
+                self.boundaries[str(index)] = nn.ModuleDict({"send": BoundarySend(cfg.d_model, factor, kind)})
         self.to(dtype=getattr(torch, cfg.dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        halves = [(side, half) for pair in self.boundaries.values() for side, half in pair.items()]
+        for side, half in halves:
+            if side == "recv":
+                x = half(x)  # (B, T, d/f) -> (B, T, d)
         if self.is_first:
             t = x.shape[1]
             x = self.tok_emb(x)  # (B, T, d)
@@ -120,6 +134,9 @@ class Stage(nn.Module):
             x = blocks[0 if self.cfg.share_layers else i](x)
         if self.is_last:
             x = self.head(self.ln_f(x))  # (B, T, vocab)
+        for side, half in halves:
+            if side == "send":
+                x = half(x)  # (B, T, d) -> (B, T, d/f)
         return x
 
 

@@ -11,7 +11,8 @@ from dataclasses import replace
 
 import torch
 
-from labkit.config import ConfigError, ModelConfig, even_split
+from labkit.config import CompressionConfig, ConfigError, ModelConfig, even_split
+from labkit.model.boundary import init_boundary_state
 from labkit.model.gpt import Stage, init_weights
 
 State = dict[str, torch.Tensor]
@@ -45,9 +46,26 @@ def init_full_state(cfg: ModelConfig, seed: int) -> State:
     return {k: v.detach().clone() for k, v in full.state_dict().items()}
 
 
-def build_stage(cfg: ModelConfig, first: int, count: int, state: Mapping[str, torch.Tensor]) -> Stage:
+def boundary_spec(compression: CompressionConfig | None, index: int, stages: int) -> tuple[str, int, int, int] | None:
+    """What `Stage` needs to hold its boundary halves (None without boundary layers)."""
+    if compression is None or compression.boundary == "none" or stages == 1:
+        return None
+    return (compression.boundary, compression.factor, index, stages)
+
+
+def init_run_state(cfg: ModelConfig, seed: int, compression: CompressionConfig | None = None, stages: int = 1) -> State:
+    """The whole model's initial state plus, with boundary layers, all `stages - 1` boundaries."""
+    state = init_full_state(cfg, seed)
+    if boundary_spec(compression, 0, stages) is not None:
+        state |= init_boundary_state(cfg.d_model, compression.factor, compression.boundary, stages, seed,
+                                     getattr(torch, cfg.dtype))
+    return state
+
+
+def build_stage(cfg: ModelConfig, first: int, count: int, state: Mapping[str, torch.Tensor],
+                boundary: tuple[str, int, int, int] | None = None) -> Stage:
     """A stage module holding blocks first..first+count-1, loaded from a (full or larger) state."""
-    stage = Stage(cfg, first, count)
+    stage = Stage(cfg, first, count, boundary)
     wanted = stage.state_dict().keys()
     missing = [k for k in wanted if k not in state]
     if missing:
@@ -56,9 +74,12 @@ def build_stage(cfg: ModelConfig, first: int, count: int, state: Mapping[str, to
     return stage
 
 
-def build_stages(cfg: ModelConfig, split: int | Sequence[int], state: Mapping[str, torch.Tensor]) -> list[Stage]:
+def build_stages(cfg: ModelConfig, split: int | Sequence[int], state: Mapping[str, torch.Tensor],
+                 compression: CompressionConfig | None = None) -> list[Stage]:
     """Cut the model described by `state` into stage modules by a stage count or a layer split."""
-    return [build_stage(cfg, first, count, state) for first, count in stage_bounds(resolve_split(cfg, split))]
+    bounds = stage_bounds(resolve_split(cfg, split))
+    return [build_stage(cfg, first, count, state, boundary_spec(compression, i, len(bounds)))
+            for i, (first, count) in enumerate(bounds)]
 
 
 def assemble(stage_states: Sequence[Mapping[str, torch.Tensor]]) -> State:

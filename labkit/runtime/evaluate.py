@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from labkit.config import RunConfig
 from labkit.data import WindowSampler
-from labkit.model import Stage
+from labkit.model import Stage, boundary_spec
 
 
 class Evaluator:
@@ -19,7 +19,8 @@ class Evaluator:
     def __init__(self, cfg: RunConfig, val: np.ndarray, bounds: Sequence[tuple[int, int]]) -> None:
         sampler = WindowSampler(val, cfg.model.seq_len, seed=10_000 + cfg.seed)
         self.batches = [sampler.batch(0, i, cfg.microbatch) for i in range(cfg.eval_batches)]
-        self.stages = [Stage(cfg.model, first, count) for first, count in bounds]
+        self.stages = [Stage(cfg.model, first, count, boundary_spec(cfg.compression, i, len(bounds)))
+                       for i, (first, count) in enumerate(bounds)]
 
     @torch.no_grad()
     def loss(self, stage_params: Sequence[Mapping[str, torch.Tensor]]) -> float:

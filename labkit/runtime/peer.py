@@ -22,6 +22,7 @@ from labkit.config import RunConfig, SyncConfig
 from labkit.model import Stage
 from labkit.runtime.diloco import OuterState
 from labkit.runtime.optim import apply_step, make_optimizer
+from labkit.wire import Codec, Encoded, get_codec
 
 
 class PeerDied(RuntimeError):
@@ -41,6 +42,7 @@ class StagePeer:
         self._updater = ThreadPoolExecutor(1, thread_name_prefix=f"dpu-{name}") if cfg.delayed_updates else None
         self._pending: Future | None = None
         self.outer: OuterState | None = None  # set while the stage syncs with DiLoCo
+        self._codecs: dict[str, Codec] = {}
         self.accum = [torch.zeros_like(p) for p in self.params]
         self.samples = 0  # samples whose gradient is in `accum`
         self.delay = 0.0  # extra seconds per request: makes a peer slow on purpose (demos, tests)
@@ -116,11 +118,21 @@ class StagePeer:
             self._updater.shutdown(wait=True)
 
     # -- requests (run on the worker thread) --------------------------------------------------
-    def forward(self, attempt: int, x: torch.Tensor, keep: bool) -> torch.Tensor:
+    def _decode(self, x: torch.Tensor | Encoded) -> torch.Tensor:
+        """A tensor as received: decoded if it came through a wire codec (token ids come raw)."""
+        return self._codec(x.codec).decode(x) if isinstance(x, Encoded) else x
+
+    def _codec(self, name: str) -> Codec:
+        if name not in self._codecs:
+            self._codecs[name] = get_codec(name)
+        return self._codecs[name]
+
+    def forward(self, attempt: int, x: torch.Tensor | Encoded, keep: bool, codec: str) -> Encoded:
         """Run the stage on `x`; if backward will come (`keep`), remember what it needs."""
+        x = self._decode(x)
         if not keep:
             with torch.no_grad():
-                return self.module(x)
+                return self._codec(codec).encode(self.module(x))
         if not self.module.is_first:
             x = x.detach().requires_grad_(True)
         if self.cfg.activation_checkpointing:
@@ -131,25 +143,28 @@ class StagePeer:
             with torch.enable_grad():
                 out = self.module(x)
             self._stash[attempt] = (x, out)
-        return out.detach()
+        return self._codec(codec).encode(out.detach())
 
-    def backward(self, attempt: int, grad_out: torch.Tensor, accumulate: bool, samples: int) -> torch.Tensor | None:
+    def backward(self, attempt: int, grad_out: Encoded, accumulate: bool, samples: int, codec: str) -> Encoded | None:
         """Backpropagate `grad_out` through the stashed microbatch; accumulate if asked."""
         x, out = self._stash.pop(attempt)
         if out is None:  # activation checkpointing: recompute the forward with a graph
             with torch.enable_grad():
                 out = self.module(x)
-        return self._grads(x, out, grad_out, accumulate, samples)
+        grad_x = self._grads(x, out, self._decode(grad_out), accumulate, samples)
+        return None if grad_x is None else self._codec(codec).encode(grad_x)
 
-    def loss(self, attempt: int, x: torch.Tensor, targets: torch.Tensor, scale: float,
-             accumulate: bool, samples: int) -> tuple[float, torch.Tensor | None]:
+    def loss(self, attempt: int, x: torch.Tensor | Encoded, targets: torch.Tensor, scale: float,
+             accumulate: bool, samples: int, codec: str) -> tuple[float, Encoded | None]:
         """Last stage: forward, cross-entropy summed and scaled, backward at once."""
+        x = self._decode(x)
         if not self.module.is_first:
             x = x.detach().requires_grad_(True)
         with torch.enable_grad():
             logits = self.module(x)  # (B, T, vocab)
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum") * scale
-        return float(loss.detach()), self._grads(x, loss, None, accumulate, samples)
+        grad_x = self._grads(x, loss, None, accumulate, samples)
+        return float(loss.detach()), None if grad_x is None else self._codec(codec).encode(grad_x)
 
     def _grads(self, x: torch.Tensor, out: torch.Tensor, grad_out: torch.Tensor | None,
                accumulate: bool, samples: int) -> torch.Tensor | None:

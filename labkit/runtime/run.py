@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit import events
-from labkit.config import RunConfig, SyncConfig
+from labkit.config import WIRE_CODECS, RunConfig, SyncConfig
 from labkit.runtime.checkpoint import load_checkpoint, save_checkpoint
 from labkit.runtime.eventlog import EventLog
 from labkit.runtime.swarm import InProcessSwarm
@@ -155,6 +155,12 @@ class Run:
         if target is None:
             raise KeyError(f"no live peer named {peer!r}")
         target.delay = float(seconds)
+
+    def set_compression(self, codec: str) -> None:
+        """Switch the wire codec of activations and their gradients (fp32, fp16, bf16, int8) now."""
+        if codec not in WIRE_CODECS:
+            raise ValueError(f"codec={codec!r} is not allowed: one of {sorted(WIRE_CODECS)}")
+        self._swarm_or_raise().set_compression(codec)
 
     def set_sync(self, sync: SyncConfig) -> None:
         """Switch each stage between SWARM all-reduce and DiLoCo at the next outer-step boundary."""

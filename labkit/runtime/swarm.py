@@ -19,11 +19,12 @@ import torch
 from labkit import events
 from labkit.config import RunConfig, SyncConfig
 from labkit.data import WindowSampler, load_corpus
-from labkit.model import build_stage, init_full_state, stage_bounds
+from labkit.model import Stage, boundary_spec, build_stage, init_run_state, stage_bounds
 from labkit.runtime.eventlog import EventLog
 from labkit.runtime.evaluate import Evaluator
 from labkit.runtime.peer import StagePeer
 from labkit.runtime.trainer import Trainer
+from labkit.wire import get_codec
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.rebalance import join_stage
 from labkit.swarm.sync import SyncSchedule, sample_weights
@@ -43,6 +44,8 @@ class InProcessSwarm:
         self.sampler = WindowSampler(corpus.train, cfg.model.seq_len, cfg.seed)
         self.evaluator = Evaluator(cfg, corpus.val, self.bounds)
         self.loss_scale = 1.0 / (cfg.model.seq_len * cfg.global_batch)
+        self.codec = cfg.compression.codec  # wire codec of activations and their gradients; switchable
+        get_codec(self.codec)  # an unavailable codec fails here, with its name, before any peer starts
         start_step = resume["step"] if resume else 0
         self.ledger = StepLedger(cfg.stages, cfg.microbatches_per_step, cfg.microbatch, step=start_step)
         self._lock = threading.RLock()
@@ -63,8 +66,8 @@ class InProcessSwarm:
         if resume:
             self.snapshots = [dict(s) for s in resume["stages"]]
         else:
-            full = init_full_state(cfg.model, cfg.seed)
-            self.snapshots = [{"params": build_stage(cfg.model, f, c, full).state_dict(), "optimizer": None} for f, c in self.bounds]
+            full = init_run_state(cfg.model, cfg.seed, cfg.compression, cfg.stages)
+            self.snapshots = [{"params": self._build(stage, full).state_dict(), "optimizer": None} for stage in range(cfg.stages)]
         for stage, count in enumerate(cfg.peers_per_stage):
             for _ in range(count):
                 name = self._spawn(stage, self.snapshots[stage])
@@ -105,14 +108,17 @@ class InProcessSwarm:
     def _spawn(self, stage: int, state: dict[str, Any]) -> str:
         name = f"s{stage}p{self._counter[stage]}"
         self._counter[stage] += 1
-        first, count = self.bounds[stage]
-        peer = StagePeer(name, stage, build_stage(self.cfg.model, first, count, state["params"]), self.cfg)
+        peer = StagePeer(name, stage, self._build(stage, state["params"]), self.cfg)
         peer.load_state(state)
         self._peers[name] = peer
         self._epochs[name] = 0
         self._version += 1
         self.emit(events.peer(self.clock(), peer=name, stage=stage, state="joined", queue=0))
         return name
+
+    def _build(self, stage: int, params: dict[str, torch.Tensor]) -> Stage:
+        first, count = self.bounds[stage]
+        return build_stage(self.cfg.model, first, count, params, boundary_spec(self.cfg.compression, stage, self.num_stages))
 
     # -- verbs -------------------------------------------------------------------------------
     def add_peer(self, stage: int | None = None) -> str:
@@ -272,18 +278,26 @@ class InProcessSwarm:
     def _dp_bytes(self, step: int, stage: int, kind: str, peers: list[StagePeer], tensors: list[torch.Tensor]) -> None:
         """Data-parallel traffic of one sync: each peer sends its tensors and receives the average."""
         size = sum(t.numel() * t.element_size() for t in tensors)
-        self.emit({"type": "sync", "t": self.clock(), "step": step + 1, "stage": stage, "kind": kind,
-                   "peers": len(peers), "bytes": 2 * size * len(peers)})
+        self.emit(events.sync(self.clock(), step=step + 1, stage=stage, kind=kind, peers=len(peers), nbytes=2 * size * len(peers)))
 
     @staticmethod
     def _wait(futures: list) -> None:
         for f in futures:
             f.result()
 
+    def set_compression(self, codec: str) -> None:
+        """Use `codec` for every hop from now on (a microbatch in flight may mix codecs; each
+        tensor carries the name of the codec that encoded it)."""
+        get_codec(codec)
+        with self._lock:
+            self.codec = codec
+            self.emit(events.setting(self.clock(), name="codec", value=codec))
+
     def set_sync(self, sync: SyncConfig) -> None:
         """Switch between all-reduce and DiLoCo at the next boundary where the current mode can stop."""
         with self._lock:
             self.schedule.request(sync)
+            self.emit(events.setting(self.clock(), name="sync", value=sync.mode))
 
     def evaluate(self) -> float:
         """Validation loss of the parameters committed at the last step boundary."""

@@ -19,6 +19,7 @@ import torch
 from labkit import events
 from labkit.swarm.ledger import Task
 from labkit.swarm.routing import Router
+from labkit.wire import Encoded
 
 if TYPE_CHECKING:
     from labkit.runtime.swarm import InProcessSwarm
@@ -37,6 +38,9 @@ class AttemptFailed(RuntimeError):
 
 
 def _nbytes(x: Any) -> int:
+    """Bytes `x` puts on the wire: a codec's exact payload, or a raw tensor's data (token ids)."""
+    if isinstance(x, Encoded):
+        return x.nbytes
     return x.numel() * x.element_size() if isinstance(x, torch.Tensor) else 0
 
 
@@ -123,17 +127,17 @@ class Trainer:
         x = inputs
         # forward: stage 0 .. S-2, each hop to the peer the router picks
         for stage in range(last):
-            peer, x = self._call(stage, "forward", task, "forward", x, stage >= lowest)
+            peer, x = self._call(stage, "forward", task, "forward", x, stage >= lowest, swarm.codec)
             path.append(peer)
         # last stage: forward, loss and backward in one request
         peer, (loss, grad) = self._call(last, "forward", task, "loss", x, targets, swarm.loss_scale,
-                                        last in task.stages, n)
+                                        last in task.stages, n, swarm.codec)
         if last in task.stages:
             credits[last] = peer
         # backward: retrace the same peers, S-2 .. lowest stage still owed a gradient
         for stage in range(last - 1, lowest - 1, -1):
             accumulate = stage in task.stages
-            peer, grad = self._call(stage, "backward", task, "backward", grad, accumulate, n, peer=path[stage])
+            peer, grad = self._call(stage, "backward", task, "backward", grad, accumulate, n, swarm.codec, peer=path[stage])
             if accumulate:
                 credits[stage] = peer
         return loss

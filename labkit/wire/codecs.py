@@ -44,6 +44,11 @@ class Encoded:
     shape: tuple[int, ...]
     dtype: torch.dtype
 
+    @property
+    def nbytes(self) -> int:
+        """Exact bytes of payload data that go on the wire."""
+        return sum(t.numel() * t.element_size() for t in self.payload)
+
 
 class Codec(ABC):
     """Turns a tensor into an `Encoded` and back; decode restores the original shape and dtype."""
@@ -60,7 +65,7 @@ class Codec(ABC):
 
     def wire_bytes(self, encoded: Encoded) -> int:
         """Exact bytes of payload data that go on the wire for `encoded`."""
-        return sum(t.numel() * t.element_size() for t in encoded.payload)
+        return encoded.nbytes
 
     def _check(self, encoded: Encoded) -> None:
         if encoded.codec != self.name:

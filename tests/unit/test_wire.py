@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from labkit.config import ConfigError
+from labkit.config import WIRE_CODECS, ConfigError
 from labkit.wire import CODECS, CodecUnavailableError, CompressionConfig, get_codec
 from labkit.wire.codecs import Int8Codec
 
@@ -131,6 +131,7 @@ def test_bad_blocksize_and_mismatched_decode_are_refused() -> None:
 
 def test_compression_config_validates_each_field() -> None:
     assert CompressionConfig() == CompressionConfig(codec="fp32", boundary="none", factor=2)
+    assert set(CODECS) == set(WIRE_CODECS), "the config's codec names must be the registry's"
     for bad in ({"codec": "gzip"}, {"boundary": "linear"}, {"factor": 0}, {"factor": True}):
         with pytest.raises(ConfigError, match=f"CompressionConfig.{next(iter(bad))}="):
             CompressionConfig(**bad)
