@@ -67,6 +67,8 @@ class Plan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))
+        object.__setattr__(self, "time", float(self.time))
+        object.__setattr__(self, "parts", {k: float(v) for k, v in self.parts.items()})
         object.__setattr__(self, "links", tuple(tuple((str(a), str(b), float(s)) for a, b, s in link)
                                                 for link in self.links))
         if not self.stages:

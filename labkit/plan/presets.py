@@ -163,14 +163,15 @@ def ps_case(case: int, n: int = 16, seed: int = 0, jitter: float = 0.05) -> Scen
 
 def ps_realworld(n: int = 12, seed: int = 0, jitter: float = 0.05) -> Scenario:
     """Seed 002 §4.4: cloud HPC (3x RTX 4090), campus HPC (3x RTX 4090), six RTX 3080 on a local ISP
-    (two reliable, four unreliable). The paper's matrices are a figure; the numbers are assumed."""
+    (two reliable, four unreliable). The run used double precision, so speeds are FP64 peaks and
+    `extra["bytes_per_value"]` is 8. The paper's matrices are a figure; the numbers are assumed."""
     if n != 12:
         raise ConfigError("ps_realworld", "n", n, "12 (the paper's fixed set of devices)")
-    devs = [Device(name=f"cloud{k}", kind="RTX4090", region="cloud") for k in range(3)]
-    devs += [Device(name=f"campus{k}", kind="RTX4090", region="campus") for k in range(3)]
-    devs += [Device(name=f"isp{k}", kind="RTX3080", region="isp", reliable=k < 2) for k in range(6)]
-    table = {("cloud", "campus"): (20e-3, 400 * MBIT), ("campus", "isp"): (15e-3, 100 * MBIT),
-             ("cloud", "isp"): (35e-3, 60 * MBIT), ("isp", "isp"): (25e-3, 40 * MBIT)}
+    devs = [Device(name=f"cloud{k}", kind="RTX4090", flops=1.29e12, region="cloud") for k in range(3)]
+    devs += [Device(name=f"campus{k}", kind="RTX4090", flops=1.29e12, region="campus") for k in range(3)]
+    devs += [Device(name=f"isp{k}", kind="RTX3080", flops=0.465e12, region="isp", reliable=k < 2) for k in range(6)]
+    table = {("cloud", "campus"): (20e-3, 200 * MBIT), ("campus", "isp"): (15e-3, 200 * MBIT),
+             ("cloud", "isp"): (35e-3, 60 * MBIT), ("isp", "isp"): (5e-3, 300 * MBIT)}
 
     def link(i: int, j: int) -> tuple[float, float]:
         a, b = devs[i].region, devs[j].region
@@ -178,10 +179,12 @@ def ps_realworld(n: int = 12, seed: int = 0, jitter: float = 0.05) -> Scenario:
             return 1e-5, 10e9
         return table.get((a, b)) or table[(b, a)]
 
-    return _build("ps_realworld", devs, link, seed, jitter,
-                  "seed 002 §4.4; its Figure 3 matrices are not in the text: intra-HPC 10 GB/s, "
-                  "cloud-campus 20 ms / 400 Mb/s, campus-ISP 15 ms / 100 Mb/s, cloud-ISP 35 ms / 60 Mb/s, "
-                  "ISP-ISP 25 ms / 40 Mb/s (assumed)")
+    scenario = _build("ps_realworld", devs, link, seed, jitter,
+                      "seed 002 §4.4; its Figure 3 matrices are not in the text: intra-HPC 10 GB/s, "
+                      "cloud-campus 20 ms / 200 Mb/s, campus-ISP 15 ms / 200 Mb/s, cloud-ISP 35 ms / 60 Mb/s, "
+                      "ISP-ISP 5 ms / 300 Mb/s (assumed); FP64 peaks 1.29 (4090) and 0.465 (3080) TFLOP/s")
+    scenario.extra["bytes_per_value"] = 8
+    return scenario
 
 
 DTFM_CASES = ("dtfm_ondemand", "dtfm_spot", "dtfm_multidc", "dtfm_regional", "dtfm_world")
