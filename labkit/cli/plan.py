@@ -11,6 +11,7 @@ plus the pipeline drawn stage by stage (PNG through vl-convert when installed, e
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -111,14 +112,10 @@ def picture(scenario: Scenario, plan: Plan):  # -> altair.Chart
     return alt.hconcat(*heat, pipe).resolve_scale(color="independent")
 
 
-def save_picture(chart, out: Path) -> Path:
-    """PNG through vl-convert when it is installed, else a self-contained HTML file."""
-    try:
-        import vl_convert  # noqa: F401
-    except ImportError:
-        path = out / "plan.html"
-    else:
-        path = out / "plan.png"
+def save_chart(chart, stem: Path, fallback: str = ".html") -> Path:
+    """Save as `stem`.png through vl-convert when it is installed, else with the `fallback` suffix
+    (".html": a self-contained page; ".vl.json": the Vega-Lite spec)."""
+    path = stem.with_suffix(".png" if importlib.util.find_spec("vl_convert") else fallback)
     chart.save(str(path))
     return path
 
@@ -138,6 +135,6 @@ def run(args: argparse.Namespace) -> int:
     import altair as alt
 
     alt.data_transformers.disable_max_rows()
-    path = save_picture(picture(scenario, plan), out)
+    path = save_chart(picture(scenario, plan), out / "plan")
     print(f"wrote {out / 'plan.json'} and {path}")
     return 0
