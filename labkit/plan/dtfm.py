@@ -169,7 +169,12 @@ def plan_dtfm(scenario: Scenario, stages: int = 8, workload: Workload | None = N
     `meta["history"]` holds the GA's best cost per iteration."""
     if method not in METHODS:
         raise ConfigError("plan_dtfm", "method", method, f"one of {list(METHODS)}")
+    if not (isinstance(population, int) and population >= 2):
+        raise ConfigError("plan_dtfm", "population", population, "an integer >= 2 (two parents per offspring)")
+    if not (isinstance(generations, int) and generations >= 0):
+        raise ConfigError("plan_dtfm", "generations", generations, "an integer >= 0")
     workload = workload or Workload.gpt3_xl()
+    scenario.check_stages(stages)
     if stages > workload.n_layer:
         raise ConfigError("plan_dtfm", "stages", stages, f"at most the model's {workload.n_layer} layers")
     cost = CostModel.build(scenario, stages, workload)

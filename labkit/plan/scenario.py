@@ -107,13 +107,6 @@ class Scenario:
             raise ConfigError("plan", "stages", stages, f"a divisor of the {self.n} devices: {divisors}")
         return self.n // stages
 
-    def subset(self, index: list[int] | np.ndarray) -> Scenario:
-        """The scenario restricted to some devices (in the given order)."""
-        idx = np.asarray(index, dtype=np.int64)
-        return Scenario(name=self.name, devices=tuple(self.devices[i] for i in idx),
-                        delay=self.delay[np.ix_(idx, idx)], bandwidth=self.bandwidth[np.ix_(idx, idx)],
-                        notes=self.notes, extra=dict(self.extra))
-
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form; bandwidth in bytes/s, delay in seconds."""
         devs = [{"name": d.name, "kind": d.kind, "flops": d.flops, "memory": d.memory,

@@ -25,3 +25,13 @@ def test_bad_values_give_one_line(tmp_path, capsys) -> None:
     assert err.count("\n") == 0 and "stages=5" in err and "divisor" in err
     assert main(["plan", "--out", str(tmp_path)]) == 2
     assert "exactly one of SCENARIO.json or --preset NAME" in capsys.readouterr().err
+
+
+def test_plan_command_reads_a_scenario_file(tmp_path) -> None:
+    from labkit.plan.presets import preset
+
+    preset("dtfm_multidc", n=8).save(tmp_path / "s.json")
+    rc = main(["plan", str(tmp_path / "s.json"), "--method", "random", "--stages", "2", "--seed", "1",
+               "--out", str(tmp_path / "out")])
+    plan = Plan.from_json((tmp_path / "out" / "plan.json").read_text())
+    assert rc == 0 and plan.scenario == "dtfm_multidc" and len(plan.stages) == 2

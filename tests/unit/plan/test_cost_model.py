@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from labkit.config import ModelConfig
 from labkit.kernels.plan_cost import assignment_cost, comm_cost
 from labkit.plan.dtfm import CostModel
 from labkit.plan.scenario import Device, Scenario
@@ -60,3 +61,14 @@ def test_compiled_cost_matches_plain_python_twin() -> None:
     for _ in range(5):
         g = rng.permutation(12).reshape(3, 4)
         assert comm_cost(g, w, w) == pytest.approx(comm_cost.py_func(g, w, w))
+
+
+def test_workload_bytes_from_a_model_config() -> None:
+    model = ModelConfig(size="small", seq_len=64)  # 12 layers, d = 768
+    work = Workload.from_model(model, batch=32)
+    assert work.block_params() == model.block_params()
+    assert work.layer_flops_per_token() == model.block_flops_per_token()
+    assert work.c_dp(stages=4) == 3 * model.block_params() * 2  # 3 fp16 blocks per stage
+    assert work.c_dp(stages=5) == 3 * model.block_params() * 2  # the deepest stage of 3,3,2,2,2
+    assert work.c_pp(replicas=2) == 16 * 64 * 768 * 2  # 16 sequences of 64 tokens, fp16
+    assert Workload(c_pp_given=5.0, c_dp_given=7.0).c_pp(8) == 5.0

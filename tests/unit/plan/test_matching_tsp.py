@@ -38,6 +38,7 @@ def test_open_tsp_exact_matches_brute_force(k: int) -> None:
         assert value == pytest.approx(brute)
         assert sorted(order) == list(range(k)) and _path(c, order) == pytest.approx(value)
         assert open_tsp_heuristic(c)[0] >= brute - 1e-9
+        assert open_tsp_exact.py_func(c)[0] == pytest.approx(brute)  # the plain-Python twin
 
 
 def test_heuristic_beyond_the_exact_line_returns_a_valid_path() -> None:
