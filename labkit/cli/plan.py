@@ -91,9 +91,10 @@ def picture(scenario: Scenario, plan: Plan):  # -> altair.Chart
     enc = {"x": alt.X("to:N", sort=order, axis=alt.Axis(labels=len(order) <= 32)),
            "y": alt.Y("from:N", sort=order, axis=alt.Axis(labels=len(order) <= 32))}
     heat = [alt.Chart(cells, title=title).mark_rect().encode(
-        color=alt.Color(f"{col}:Q", scale=alt.Scale(scheme=scheme)), tooltip=["from:N", "to:N", f"{col}:Q"], **enc
+        color=alt.Color(f"{col}:Q", scale=alt.Scale(scheme=scheme, type="log")), tooltip=["from:N", "to:N", f"{col}:Q"], **enc
     ).properties(width=300, height=300) for col, title, scheme in
-        (("delay_ms", "delay (ms), by stage", "oranges"), ("bandwidth_gbps", "bandwidth (Gbit/s), by stage", "blues"))]
+        (("delay_ms", "delay (ms, log), by stage", "oranges"),
+         ("bandwidth_gbps", "bandwidth (Gbit/s, log), by stage", "blues"))]
     region = {d.name: d.region for d in scenario.devices}
     rows = [{"device": d, "stage": k, "slot": i, "region": region[d], "role": r}
             for k, s in enumerate(plan.stages) for i, (d, r) in enumerate(zip(s.devices, s.roles))]
@@ -104,7 +105,7 @@ def picture(scenario: Scenario, plan: Plan):  # -> altair.Chart
     pipe = alt.layer(
         alt.Chart(edges).mark_line(color="gray").encode(x="stage:O", y="slot:O", detail="link:N",
                                                         strokeWidth=alt.StrokeWidth("share:Q", legend=None)),
-        alt.Chart(nodes).mark_circle(size=120).encode(x=alt.X("stage:O", title="stage (pipeline order)"),
+        alt.Chart(nodes).mark_point(filled=True, size=120).encode(x=alt.X("stage:O", title="stage (pipeline order)"),
                                                       y=alt.Y("slot:O", title="device slot"),
                                                       color="region:N", shape="role:N",
                                                       tooltip=["device:N", "region:N", "role:N"]),
