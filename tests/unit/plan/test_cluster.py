@@ -55,3 +55,18 @@ def test_layer_split_is_proportional_and_complete() -> None:
 def test_unreachable_level_is_rejected() -> None:
     with pytest.raises(ConfigError, match="stages=20 is not allowed: a level the hierarchy reaches: 1..8"):
         plan_cluster(preset("ps_realworld"), stages=20)
+
+
+def test_annealing_finds_the_exact_open_path_on_small_graphs() -> None:
+    import numpy as np
+
+    from labkit.kernels.plan_cost import open_tsp_exact
+    from labkit.plan.cluster import anneal_open_tsp
+
+    rng = np.random.default_rng(7)
+    for k in (3, 5, 6):
+        c = rng.random((k, k))
+        c = c + c.T
+        order = anneal_open_tsp(c, np.random.default_rng(0))
+        assert sorted(order) == list(range(k))
+        assert sum(c[order[i], order[i + 1]] for i in range(k - 1)) == pytest.approx(open_tsp_exact(c)[0])
