@@ -33,8 +33,7 @@ def group_dp_costs(groups: np.ndarray, w_dp: np.ndarray) -> np.ndarray:
             for b in range(m):
                 if a != b:
                     s += w_dp[groups[j, a], groups[j, b]]
-            if s > out[j]:
-                out[j] = s
+            out[j] = max(out[j], s)
     return out
 
 

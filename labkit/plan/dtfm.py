@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from labkit.config import ConfigError, even_split
-from labkit.kernels.plan_cost import assignment_cost, bottleneck_matching, coarse_graph, comm_cost, open_tsp
+from labkit.kernels.plan_cost import (
+    assignment_cost,
+    bottleneck_matching,
+    coarse_graph,
+    comm_cost,
+    open_tsp,
+)
 from labkit.plan.local_search import dtfm_local_search, groups_of, kl_local_search, labels_of
 from labkit.plan.plan import Plan, Stage
 from labkit.plan.scenario import Scenario

@@ -197,7 +197,7 @@ PRESETS: dict[str, Callable[..., Scenario]] = {
 }
 
 
-def preset(name: str, **kwargs: int | float) -> Scenario:
+def preset(name: str, **kwargs: float) -> Scenario:
     """Build a named scenario; `n`, `seed`, `jitter` are passed to its generator."""
     if name not in PRESETS:
         raise ConfigError("preset", "name", name, f"one of {sorted(PRESETS)}")

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from labkit.config import ConfigError
-from labkit.plan.cluster import choose_level, cluster_levels, even_links, layer_split, llama_33b, plan_cluster
+from labkit.plan.cluster import (
+    choose_level,
+    cluster_levels,
+    even_links,
+    layer_split,
+    llama_33b,
+    plan_cluster,
+)
 from labkit.plan.presets import preset
 
 

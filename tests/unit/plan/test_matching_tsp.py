@@ -7,7 +7,12 @@ import itertools
 import numpy as np
 import pytest
 
-from labkit.kernels.plan_cost import bottleneck_matching, open_tsp, open_tsp_exact, open_tsp_heuristic
+from labkit.kernels.plan_cost import (
+    bottleneck_matching,
+    open_tsp,
+    open_tsp_exact,
+    open_tsp_heuristic,
+)
 
 
 def _path(c: np.ndarray, order) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -25,7 +27,7 @@ def test_ga_is_never_worse_than_its_initial_population(local: str) -> None:
     initial = [cost(random_partition(16, 4, init_rng)) for _ in range(6)]
     best, history = hybrid_ga(cost, 16, np.random.default_rng(5), local, population=6, generations=8)
     assert history[0] == pytest.approx(min(initial))  # same rng stream -> same initial population
-    assert all(b <= a + 1e-12 for a, b in zip(history, history[1:]))
+    assert all(b <= a + 1e-12 for a, b in itertools.pairwise(history))
     assert cost(best) == pytest.approx(history[-1]) and history[-1] <= min(initial)
 
 
