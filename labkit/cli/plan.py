@@ -1,0 +1,141 @@
+"""`labkit plan`: plan a scenario with DT-FM, Kernighan-Lin, random assignment or the clustering planner.
+
+    labkit plan --preset dtfm_world --method dtfm --seed 0 --out runs/plan
+    labkit plan my_scenario.json --method cluster
+
+Prints the plan and its cost parts (a progress bar while the GA searches), and writes
+`plan.json` and a picture: delay and bandwidth heatmaps with devices ordered by their stage,
+plus the pipeline drawn stage by stage (PNG through vl-convert when installed, else HTML).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+from labkit.config import ConfigError
+from labkit.plan.cluster import plan_cluster
+from labkit.plan.dtfm import plan_dtfm
+from labkit.plan.plan import Plan
+from labkit.plan.presets import PRESETS, preset
+from labkit.plan.scenario import Scenario
+from labkit.plan.workload import Workload
+
+METHODS = ("dtfm", "kl", "cluster", "random")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `plan` sub-command."""
+    p = sub.add_parser("plan", help="plan stages, pipeline order and matching over a heterogeneous network")
+    p.add_argument("scenario", nargs="?", help="scenario JSON file (or use --preset)")
+    p.add_argument("--preset", choices=sorted(PRESETS), help="a named scenario instead of a file")
+    p.add_argument("--n", type=int, help="devices for a preset (default: the preset's)")
+    p.add_argument("--method", choices=METHODS, default="dtfm", help="planner (default dtfm)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--stages", type=int, help="D_PP for dtfm/kl/random (default 8); a forced level for cluster")
+    p.add_argument("--generations", type=int, default=60, help="GA iterations (default 60)")
+    p.add_argument("--batch", type=int, default=1024, help="sequences per iteration for dtfm/kl/random")
+    p.add_argument("--layers", type=int, default=24, help="GPT3-XL depth for dtfm/kl/random")
+    p.add_argument("--out", default="runs/plan", help="folder for plan.json and the picture")
+    p.set_defaults(handler=run)
+
+
+def _scenario(args: argparse.Namespace) -> Scenario:
+    if (args.scenario is None) == (args.preset is None):
+        raise ConfigError("plan", "scenario", args.scenario, "exactly one of SCENARIO.json or --preset NAME")
+    if args.preset:
+        return preset(args.preset, **({} if args.n is None else {"n": args.n}))
+    if args.n is not None:
+        raise ConfigError("plan", "n", args.n, "only with --preset")
+    if not Path(args.scenario).is_file():
+        raise ConfigError("plan", "scenario", args.scenario, "an existing JSON file")
+    return Scenario.load(args.scenario)
+
+
+def _plan(args: argparse.Namespace, scenario: Scenario) -> Plan:
+    if args.generations < 1:
+        raise ConfigError("plan", "generations", args.generations, "an integer >= 1")
+    if args.seed < 0:
+        raise ConfigError("plan", "seed", args.seed, "an integer >= 0")
+    if args.method == "cluster":
+        return plan_cluster(scenario, stages=args.stages, seed=args.seed)
+    workload = Workload.gpt3_xl(batch=args.batch, n_layer=args.layers)
+    stages = 8 if args.stages is None else args.stages
+    scenario.check_stages(stages)
+    if args.method == "random":
+        return plan_dtfm(scenario, stages, workload, method="random", seed=args.seed)
+    from tqdm import tqdm
+
+    with tqdm(total=args.generations, desc=f"{args.method} GA", unit="it", file=sys.stderr) as bar:
+        def progress(it: int, best: float) -> None:
+            bar.update(1)
+            bar.set_postfix(best=f"{best:.3f}s")
+        return plan_dtfm(scenario, stages, workload, method=args.method, seed=args.seed,
+                         generations=args.generations, progress=progress)
+
+
+def picture(scenario: Scenario, plan: Plan):  # -> altair.Chart
+    """Delay and bandwidth heatmaps (devices ordered by stage) beside the pipeline: one column per
+    stage in pipeline order, a line per link (sender -> receiver)."""
+    import altair as alt
+
+    order = [d for s in plan.stages for d in s.devices] + [d for d in scenario.names()
+                                                           if all(d not in s.devices for s in plan.stages)]
+    idx = {n: i for i, n in enumerate(scenario.names())}
+    stage_of = {d: k for k, s in enumerate(plan.stages) for d in s.devices}
+    cells = alt.Data(values=[{"from": a, "to": b, "delay_ms": 1e3 * scenario.delay[idx[a], idx[b]],
+                           "bandwidth_gbps": 8e-9 * scenario.bandwidth[idx[a], idx[b]]}
+                          for a in order for b in order if a != b])
+    enc = {"x": alt.X("to:N", sort=order, axis=alt.Axis(labels=len(order) <= 32)),
+           "y": alt.Y("from:N", sort=order, axis=alt.Axis(labels=len(order) <= 32))}
+    heat = [alt.Chart(cells, title=title).mark_rect().encode(
+        color=alt.Color(f"{col}:Q", scale=alt.Scale(scheme=scheme, type="log")), tooltip=["from:N", "to:N", f"{col}:Q"], **enc
+    ).properties(width=300, height=300) for col, title, scheme in
+        (("delay_ms", "delay (ms, log), by stage", "oranges"),
+         ("bandwidth_gbps", "bandwidth (Gbit/s, log), by stage", "blues"))]
+    region = {d.name: d.region for d in scenario.devices}
+    rows = [{"device": d, "stage": k, "slot": i, "region": region[d], "role": r}
+            for k, s in enumerate(plan.stages) for i, (d, r) in enumerate(zip(s.devices, s.roles))]
+    slot = {row["device"]: row["slot"] for row in rows}
+    nodes = alt.Data(values=rows)
+    edges = alt.Data(values=[{"link": f"{a}->{b}", "stage": stage_of[end], "slot": slot[end], "share": share}
+                          for k, link in enumerate(plan.links) for a, b, share in link for end in (a, b)])
+    pipe = alt.layer(
+        alt.Chart(edges).mark_line(color="gray").encode(x="stage:O", y="slot:O", detail="link:N",
+                                                        strokeWidth=alt.StrokeWidth("share:Q", legend=None)),
+        alt.Chart(nodes).mark_point(filled=True, size=120).encode(x=alt.X("stage:O", title="stage (pipeline order)"),
+                                                      y=alt.Y("slot:O", title="device slot"),
+                                                      color="region:N", shape="role:N",
+                                                      tooltip=["device:N", "region:N", "role:N"]),
+    ).properties(width=300, height=300, title=f"{plan.method}: pipeline, time {plan.time:.2f}s")
+    return alt.hconcat(*heat, pipe).resolve_scale(color="independent")
+
+
+def save_chart(chart, stem: Path, fallback: str = ".html") -> Path:
+    """Save as `stem`.png through vl-convert when it is installed, else with the `fallback` suffix
+    (".html": a self-contained page; ".vl.json": the Vega-Lite spec)."""
+    path = stem.with_suffix(".png" if importlib.util.find_spec("vl_convert") else fallback)
+    chart.save(str(path))
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler: plan, print, write plan.json and the picture; a bad value is one line on stderr."""
+    try:
+        scenario = _scenario(args)
+        plan = _plan(args, scenario)
+    except (ConfigError, OSError) as err:
+        print(f"labkit plan: error: {err}", file=sys.stderr)
+        return 2
+    print(plan.describe())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plan.json").write_text(plan.to_json())
+    import altair as alt
+
+    alt.data_transformers.disable_max_rows()
+    path = save_chart(picture(scenario, plan), out / "plan")
+    print(f"wrote {out / 'plan.json'} and {path}")
+    return 0

@@ -1,0 +1,120 @@
+"""The Plan both planners return: plain data (names, ints, floats) a runtime or simulator can read.
+
+Stages are listed in pipeline order. `links[k]` says how stage k's outputs reach stage k+1: a list
+of (sender, receiver, share) with shares summing to 1 over the link. DT-FM's links are its
+bottleneck matching (one macro-batch per pair, share 1/D_DP); the clustering planner's links are
+seed 002's even split from backward servers to the next stage's frontal servers.
+
+>>> p = Plan(method="demo", scenario="toy", stages=(Stage(devices=("a",), layers=2),
+...     Stage(devices=("b",), layers=2)), links=((("a", "b", 1.0),),), time=1.0,
+...     parts={"dp": 0.0, "pp": 1.0, "compute": 0.5})
+>>> Plan.from_json(p.to_json()) == p
+True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit.config import ConfigError
+
+ROLES = ("replica", "frontal", "backward", "client")
+PARTS = ("dp", "pp", "compute")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Stage:
+    """One pipeline stage: its devices, each device's role, and how many blocks it runs."""
+
+    devices: tuple[str, ...]  # device names serving this stage
+    layers: int  # transformer blocks of this stage
+    roles: tuple[str, ...] = ()  # one of ROLES per device; () = every device a "replica"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "devices", tuple(self.devices))
+        roles = tuple(self.roles) or ("replica",) * len(self.devices)
+        object.__setattr__(self, "roles", roles)
+        if not self.devices:
+            raise ConfigError("Stage", "devices", self.devices, "at least one device")
+        if len(roles) != len(self.devices) or any(r not in ROLES for r in roles):
+            raise ConfigError("Stage", "roles", roles, f"one of {list(ROLES)} per device")
+        if not (isinstance(self.layers, int) and self.layers >= 1):
+            raise ConfigError("Stage", "layers", self.layers, "an integer >= 1")
+
+    def with_role(self, role: str) -> tuple[str, ...]:
+        return tuple(d for d, r in zip(self.devices, self.roles) if r == role)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plan:
+    """Stage -> devices in pipeline order, links between adjacent stages, layer split, estimated time.
+
+    `time` is the planner's own objective in seconds: DT-FM's COMM-COST (dp + pp, compute overlapped
+    as in its Section 3.5), the clustering planner's pipeline time PT (pp + compute). `parts` always
+    holds dp, pp and compute seconds; `meta` keeps the knobs that produced the plan.
+    """
+
+    method: str  # "dtfm", "kl", "random" or "cluster"
+    scenario: str  # scenario name
+    stages: tuple[Stage, ...]
+    links: tuple[tuple[tuple[str, str, float], ...], ...]  # len(stages) - 1 entries
+    time: float
+    parts: dict[str, float]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stages", tuple(self.stages))
+        object.__setattr__(self, "time", float(self.time))
+        object.__setattr__(self, "parts", {k: float(v) for k, v in self.parts.items()})
+        object.__setattr__(self, "links", tuple(tuple((str(a), str(b), float(s)) for a, b, s in link)
+                                                for link in self.links))
+        if not self.stages:
+            raise ConfigError("Plan", "stages", self.stages, "at least one stage")
+        if len(self.links) != len(self.stages) - 1:
+            raise ConfigError("Plan", "links", len(self.links), f"{len(self.stages) - 1} (one per adjacent pair)")
+        names = [d for s in self.stages for d in s.devices]
+        if len(set(names)) != len(names):
+            raise ConfigError("Plan", "stages", sorted({n for n in names if names.count(n) > 1}),
+                              "each device in at most one stage")
+        if sorted(self.parts) != sorted(PARTS):
+            raise ConfigError("Plan", "parts", sorted(self.parts), f"exactly the keys {list(PARTS)}")
+        if not math.isfinite(self.time) or self.time < 0:
+            raise ConfigError("Plan", "time", self.time, "a finite number of seconds >= 0")
+
+    @property
+    def layer_split(self) -> tuple[int, ...]:
+        return tuple(s.layers for s in self.stages)
+
+    def describe(self) -> str:
+        """A few human-readable lines: time and parts, then one line per stage."""
+        parts = ", ".join(f"{k}={self.parts[k]:.3f}s" for k in PARTS)
+        lines = [f"{self.method} plan for {self.scenario}: time={self.time:.3f}s ({parts})"]
+        for k, s in enumerate(self.stages):
+            who = " ".join(d if r == "replica" else f"{d}[{r[0].upper()}]" for d, r in zip(s.devices, s.roles))
+            lines.append(f"  stage {k}: {s.layers} layers on {len(s.devices)} devices: {who}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "scenario": self.scenario, "time": self.time, "parts": dict(self.parts),
+                "stages": [{"devices": list(s.devices), "layers": s.layers, "roles": list(s.roles)}
+                           for s in self.stages],
+                "links": [[list(t) for t in link] for link in self.links], "meta": self.meta}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        stages = tuple(Stage(devices=tuple(s["devices"]), layers=s["layers"], roles=tuple(s["roles"]))
+                       for s in data["stages"])
+        links = tuple(tuple(tuple(t) for t in link) for link in data["links"])
+        return cls(method=data["method"], scenario=data["scenario"], stages=stages, links=links,
+                   time=float(data["time"]), parts={k: float(v) for k, v in data["parts"].items()},
+                   meta=dict(data.get("meta", {})))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        return cls.from_dict(json.loads(text))

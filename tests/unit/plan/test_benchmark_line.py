@@ -1,0 +1,24 @@
+"""The planner benchmark's last line keeps the format other tools parse."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.slow
+def test_benchmark_last_line_format() -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "benchmarks/planners.py", "--generations", "2"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    last = out.strip().splitlines()[-1]
+    assert re.fullmatch(r"dtfm_world_n64 cost=\d+\.\d+ random=\d+\.\d+ seconds=\d+\.\d+", last), last
+    cost, rnd = (float(v) for v in re.findall(r"(?:cost|random)=(\S+)", last))
+    assert cost < rnd
