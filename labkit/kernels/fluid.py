@@ -106,7 +106,7 @@ def fluid_queues(stage, ready, service, num_stages, window, net_seconds, cv):
 
 
 @njit(cache=True)
-def _leaver(stage, u, v, num_stages):
+def pick_leaver(stage, u, v, num_stages):
     """A uniformly drawn stage among those with peers, then a uniformly drawn peer of it."""
     counts = np.zeros(num_stages, np.int64)
     for i in range(stage.shape[0]):
@@ -188,7 +188,7 @@ def fluid_run(stage, service, ev_t, ev_delta, ev_u, ev_v, num_stages, window, ne
                 n_log = _log(log_t, log_peer, log_stage, log_code, n_log, t, i, stage[i], READY)
         while k < ev_t.shape[0] and ev_t[k] <= t:
             if ev_delta[k] < 0:
-                i = _leaver(stage, ev_u[k], ev_v[k], num_stages)
+                i = pick_leaver(stage, ev_u[k], ev_v[k], num_stages)
                 if i >= 0:
                     n_log = _log(log_t, log_peer, log_stage, log_code, n_log, t, i, stage[i], KILLED)
                     stage[i] = -1
