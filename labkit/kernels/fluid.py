@@ -52,30 +52,39 @@ def in_system(rho, cv):
 
 
 @njit(cache=True)
-def pipeline_rate(stage, ready, service, num_stages, window, net_seconds, cv, group, ar_time, ar_rtt):
+def pipeline_rate(stage, ready, service, num_stages, window, hop, cv, group, ar_time, ar_rtt):
     """(throughput, per-stage capacity) of the current membership, microbatches per second.
 
     The trainers keep `window` microbatches in flight; they sit either on the wire (throughput x
-    net_seconds, Little's law) or at a peer, which holds M/G/1's mean number in system at
-    utilisation x / capacity of its stage. The x balancing that population (found by bisection,
+    network seconds per microbatch, Little's law) or at a peer, which holds M/G/1's mean number in
+    system at utilisation x / capacity of its stage. A microbatch crosses each stage twice; the
+    network seconds of a crossing average `hop[i]` (peer i's round trip + payload) with IWRR's
+    weights 1 / response time, so near peers count more, as the router prefers them. The x balancing that population (found by bisection,
     below the slowest stage's capacity) is the throughput. `group` microbatches make a global
     batch (0 = no all-reduce); a stage of n peers then all-reduces in 2(n-1)/n * ar_time[s] +
     2 * ar_rtt seconds (butterfly all-reduce), during which nobody computes.
     """
     cap = np.zeros(num_stages)
     counts = np.zeros(num_stages)
+    weight = np.zeros(num_stages)
+    wire = np.zeros(num_stages)
     for i in range(stage.shape[0]):
         s = stage[i]
         if s >= 0 and ready[i]:
             cap[s] += 1.0 / service[i, s]
             counts[s] += 1.0
+            weight[s] += 1.0 / (2.0 * hop[i] + service[i, s])
+            wire[s] += 2.0 * hop[i] / (2.0 * hop[i] + service[i, s])
     top = cap.min()
     if top <= 0.0:
         return 0.0, cap
+    trip = 0.0
+    for s in range(num_stages):
+        trip += wire[s] / weight[s]
     lo, hi = 0.0, top
     for _ in range(50):
         x = 0.5 * (lo + hi)
-        population = x * net_seconds
+        population = x * trip
         for s in range(num_stages):
             population += counts[s] * in_system(x / cap[s], cv)
         if population > window:
@@ -94,9 +103,9 @@ def pipeline_rate(stage, ready, service, num_stages, window, net_seconds, cv, gr
 
 
 @njit(cache=True)
-def fluid_queues(stage, ready, service, num_stages, window, net_seconds, cv):
+def fluid_queues(stage, ready, service, num_stages, window, hop, cv):
     """Per-peer queue lengths (M/G/1 mean number in system) that Algorithm 2 reads."""
-    x, cap = pipeline_rate(stage, ready, service, num_stages, window, net_seconds, cv, 0, np.zeros(1), 0.0)
+    x, cap = pipeline_rate(stage, ready, service, num_stages, window, hop, cv, 0, np.zeros(1), 0.0)
     q = np.zeros(stage.shape[0])
     for i in range(stage.shape[0]):
         s = stage[i]
@@ -126,20 +135,22 @@ def pick_leaver(stage, u, v, num_stages):
 
 
 @njit(cache=True)
-def fluid_run(stage, service, ev_t, ev_delta, ev_u, ev_v, num_stages, window, net_seconds, group, ar_time,
+def fluid_run(stage, service, hop, ev_t, ev_delta, ev_u, ev_v, num_stages, window, group, ar_time,
               ar_rtt, cv, period, move_seconds, duration, bin_seconds, log_t, log_peer, log_stage, log_code):
-    """Run the fluid model from t = 0 to `duration`; returns (work, optimal, stage_busy, n_log).
+    """Run the fluid model from t = 0 to `duration`; returns (work, optimal, busy, peer_sec, n_log).
 
     stage[i]: initial stage of peer slot i, -1 for slots that join later (in slot order);
     service[i, s]: seconds per microbatch of peer i at stage s; ev_*: unit trace events (+1 join,
     -1 leave) with uniform draws u (stage) and v (peer); period: rebalancing T (0 = never; then
     joiners pick a uniform stage with u); move_seconds[s]: download time to serve stage s.
-    work/optimal: microbatches done / possible per bin; stage_busy[b, s]: busy peer-seconds.
+    work/optimal: microbatches done / possible per bin; busy[b, s] / peer_sec[b, s]: busy /
+    serving peer-seconds of stage s in bin b.
     """
     n_bins = int(np.ceil(duration / bin_seconds))
     work = np.zeros(n_bins)
     optimal = np.zeros(n_bins)
     busy = np.zeros((n_bins, num_stages))
+    peer_sec = np.zeros((n_bins, num_stages))
     ready_at = np.zeros(stage.shape[0])
     ready = stage >= 0
     next_slot = 0
@@ -154,9 +165,9 @@ def fluid_run(stage, service, ev_t, ev_delta, ev_u, ev_v, num_stages, window, ne
     n_ready = np.zeros(num_stages)
     while t < duration:
         if dirty:  # membership changed: recompute throughput and the optimum of the live peers
-            x, cap = pipeline_rate(stage, ready, service, num_stages, window, net_seconds, cv, group, ar_time, ar_rtt)
+            x, cap = pipeline_rate(stage, ready, service, num_stages, window, hop, cv, group, ar_time, ar_rtt)
             balanced = balanced_stages(stage >= 0, service, num_stages)
-            x_opt = pipeline_rate(balanced, balanced >= 0, service, num_stages, window, net_seconds, cv, group,
+            x_opt = pipeline_rate(balanced, balanced >= 0, service, num_stages, window, hop, cv, group,
                                   ar_time, ar_rtt)[0]
             n_ready = np.zeros(num_stages)
             for i in range(stage.shape[0]):
@@ -175,6 +186,7 @@ def fluid_run(stage, service, ev_t, ev_delta, ev_u, ev_v, num_stages, window, ne
             work[b] += x * (e - a)
             optimal[b] += x_opt * (e - a)
             for s in range(num_stages):
+                peer_sec[b, s] += n_ready[s] * (e - a)
                 if cap[s] > 0:
                     busy[b, s] += x / cap[s] * (e - a) * n_ready[s]
             a = e
@@ -197,7 +209,7 @@ def fluid_run(stage, service, ev_t, ev_delta, ev_u, ev_v, num_stages, window, ne
                 i = next_slot
                 next_slot += 1
                 if period > 0:
-                    q = fluid_queues(stage, ready, service, num_stages, window, net_seconds, cv)
+                    q = fluid_queues(stage, ready, service, num_stages, window, hop, cv)
                     stage[i] = rebalance_join(np.where(ready, stage, -1), q, num_stages)
                 else:
                     stage[i] = min(int(ev_u[k] * num_stages), num_stages - 1)
@@ -207,7 +219,7 @@ def fluid_run(stage, service, ev_t, ev_delta, ev_u, ev_v, num_stages, window, ne
             dirty = True
             k += 1
         if next_tick <= t:  # Algorithm 2 on the published queues of the peers that serve now
-            q = fluid_queues(stage, ready, service, num_stages, window, net_seconds, cv)
+            q = fluid_queues(stage, ready, service, num_stages, window, hop, cv)
             serving = np.where(ready, stage, -1)
             i, source, target = rebalance_move(serving, q, np.arange(stage.shape[0]), num_stages)
             if i >= 0:
@@ -217,7 +229,7 @@ def fluid_run(stage, service, ev_t, ev_delta, ev_u, ev_v, num_stages, window, ne
                 dirty = True
                 n_log = _log(log_t, log_peer, log_stage, log_code, n_log, t, i, target, MOVED)
             next_tick += period
-    return work, optimal, busy, n_log
+    return work, optimal, busy, peer_sec, n_log
 
 
 @njit(cache=True)

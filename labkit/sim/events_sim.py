@@ -47,6 +47,7 @@ class _Swarm:
         self.sync = (w.group, t_ar)
         bins = math.ceil(s.duration / s.bin_seconds)
         self.work, self.busy, self.optimal = np.zeros(bins), np.zeros((bins, S)), np.zeros(bins)
+        self.peer_seconds = np.zeros((bins, S))
         self.out = (self.work, self.busy, s.bin_seconds, np.zeros(100_000), np.zeros(1, np.int64))
         self.hops = (np.zeros(max_hops), np.zeros(max_hops, np.int64), np.zeros(max_hops, np.int64),
                      np.zeros(max_hops, np.int64), np.zeros(max_hops, np.int64), np.zeros(max_hops),
@@ -75,7 +76,7 @@ class _Swarm:
         s, w = self.s, self.w
         balanced = balanced_stages(self.stage >= 0, self.service, s.stages)
         return pipeline_rate(balanced, balanced >= 0, self.service, s.stages, s.trainers * s.window,
-                             w.net_seconds(s.stages), s.service_cv, w.group, w.ar_time, w.ar_rtt)[0]
+                             w.hop_seconds, s.service_cv, w.group, w.ar_time, w.ar_rtt)[0]
 
     def advance(self, t_end: float) -> None:
         w, s = self.w, self.s
@@ -102,6 +103,9 @@ def run_events(s: Scenario, world: World | None = None, *, max_hops: int = 200_0
         pending = sw.ready_at[sw.banned & (sw.stage >= 0)]
         t_next = min(s.duration, next_tick, w.ev_t[k] if k < len(w.ev_t) else math.inf, pending.min(initial=math.inf))
         _spread(sw.optimal, x_opt, t, t_next, s.bin_seconds)
+        per_stage = np.bincount(sw.serving()[sw.serving() >= 0], minlength=s.stages)
+        for stage in range(s.stages):
+            _spread(sw.peer_seconds[:, stage], float(per_stage[stage]), t, t_next, s.bin_seconds)
         sw.advance(t_next)
         if progress is not None:
             progress(t_next)
@@ -138,8 +142,8 @@ def run_events(s: Scenario, world: World | None = None, *, max_hops: int = 200_0
     entered, finished, lost, _ = (int(c) for c in sw.counters)
     counters = {"entered": entered, "finished": finished, "lost": lost, "in_flight": entered - finished - lost}
     return SimResult(mode="events", bin_seconds=s.bin_seconds, samples_per_microbatch=s.microbatch, work=sw.work,
-                     optimal=sw.optimal, stage_busy=sw.busy, events=out, counters=counters,
-                     wall_seconds=time.perf_counter() - start)
+                     optimal=sw.optimal, stage_busy=sw.busy, peer_seconds=sw.peer_seconds, events=out,
+                     counters=counters, wall_seconds=time.perf_counter() - start)
 
 
 def _spread(bins: np.ndarray, rate: float, a: float, b: float, width: float) -> None:

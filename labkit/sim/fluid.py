@@ -23,9 +23,9 @@ def run_fluid(s: Scenario, world: World | None = None, *, with_events: bool = Tr
     cap = 4 * (len(w.ev_t) + int(s.duration / s.rebalance_period if s.rebalance_period else 0)) + 16
     log_t, log_peer = np.zeros(cap), np.zeros(cap, np.int64)
     log_stage, log_code = np.zeros(cap, np.int64), np.zeros(cap, np.int64)
-    work, optimal, busy, n_log = fluid_run(
-        w.stage0.copy(), service, w.ev_t, w.ev_delta, w.ev_u, w.ev_v, s.stages, s.trainers * s.window,
-        w.net_seconds(s.stages), w.group, w.ar_time, w.ar_rtt, s.service_cv, s.rebalance_period or 0.0,
+    work, optimal, busy, peer_sec, n_log = fluid_run(
+        w.stage0.copy(), service, w.hop_seconds, w.ev_t, w.ev_delta, w.ev_u, w.ev_v, s.stages,
+        s.trainers * s.window, w.group, w.ar_time, w.ar_rtt, s.service_cv, s.rebalance_period or 0.0,
         w.move_seconds, s.duration, s.bin_seconds, log_t, log_peer, log_stage, log_code)
     out: list[events.Event] = []
     if with_events:
@@ -37,4 +37,5 @@ def run_fluid(s: Scenario, world: World | None = None, *, with_events: bool = Tr
                                    state=_STATES[int(log_code[k])], queue=0))
         out.append(events.run(s.duration, state="finished"))
     return SimResult(mode="fluid", bin_seconds=s.bin_seconds, samples_per_microbatch=s.microbatch, work=work,
-                     optimal=optimal, stage_busy=busy, events=out, wall_seconds=time.perf_counter() - start)
+                     optimal=optimal, stage_busy=busy, peer_seconds=peer_sec, events=out,
+                     wall_seconds=time.perf_counter() - start)

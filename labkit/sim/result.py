@@ -14,7 +14,8 @@ class SimResult:
     """Outcome of one simulated run; `summary.py` turns it into the numbers reports show.
 
     work[b]: microbatches finished in bin b; optimal[b]: microbatches the same live peers could
-    finish perfectly balanced across stages; stage_busy[b, s]: peer-seconds of compute at stage s.
+    finish perfectly balanced across stages (see `summary.percent_of_optimal`); stage_busy[b, s]
+    and peer_seconds[b, s]: peer-seconds of compute, and of serving, at stage s.
     """
 
     mode: str  # "events" or "fluid"
@@ -23,6 +24,7 @@ class SimResult:
     work: np.ndarray
     optimal: np.ndarray
     stage_busy: np.ndarray
+    peer_seconds: np.ndarray
     events: list[Event] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)  # entered / finished / lost / in_flight
     wall_seconds: float = 0.0

@@ -7,7 +7,7 @@ and what is allowed. `Scenario.from_dict` reads the JSON scenario files of `labk
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from labkit.config import ConfigError
@@ -158,7 +158,8 @@ class Scenario:
         data = dict(data)
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
-        _check(not unknown, "Scenario", unknown[0] if unknown else "", "unknown field", f"one of {sorted(names)}")
+        if unknown:
+            raise ConfigError("Scenario", unknown[0], data[unknown[0]], f"unknown field; fields are {sorted(names)}")
         nested = {"peers": PeerGroup, "links": Link}
         for key, kind in nested.items():
             if key in data:
@@ -173,7 +174,9 @@ class Scenario:
 def _build(kind: type, data: dict[str, Any]) -> Any:
     names = {f.name for f in fields(kind)}
     unknown = sorted(set(data) - names)
-    _check(not unknown, kind.__name__, unknown[0] if unknown else "", "unknown field", f"one of {sorted(names)}")
-    missing = sorted(n for n in ("device", "count", "stage", "a", "b", "rtt_ms", "bandwidth_mbps") if n in names and n not in data)
-    _check(not missing, kind.__name__, missing[0] if missing else "", "missing", "a value (required field)")
+    if unknown:
+        raise ConfigError(kind.__name__, unknown[0], data[unknown[0]], f"unknown field; fields are {sorted(names)}")
+    required = [f.name for f in fields(kind) if f.default is MISSING]
+    missing = [n for n in required if n not in data]
+    _check(not missing, kind.__name__, missing[0] if missing else "", None, "a value: the field is required")
     return kind(**data)

@@ -45,10 +45,6 @@ class World:
         """(P,) network seconds of one hop to each peer, without queueing."""
         return self.hop_rtt + self.activation_bytes / self.hop_bytes_s
 
-    def net_seconds(self, num_stages: int) -> float:
-        """Network seconds of one microbatch's 2S hops, averaged over the initial peers."""
-        return float(2 * num_stages * self.hop_seconds[self.stage0 >= 0].mean())
-
 
 def _link(s: Scenario, a: str, b: str) -> tuple[float, float]:
     """(rtt seconds, bytes per second) between regions a and b."""
