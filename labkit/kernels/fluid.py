@@ -136,13 +136,14 @@ def pick_leaver(stage, u, v, num_stages):
 
 @njit(cache=True)
 def fluid_run(stage, service, hop, ev_t, ev_delta, ev_u, ev_v, num_stages, window, group, ar_time,
-              ar_rtt, cv, period, move_seconds, duration, bin_seconds, log_t, log_peer, log_stage, log_code):
+              ar_rtt, cv, period, directed, move_seconds, duration, bin_seconds, log_t, log_peer, log_stage, log_code):
     """Run the fluid model from t = 0 to `duration`; returns (work, optimal, busy, peer_sec, n_log).
 
     stage[i]: initial stage of peer slot i, -1 for slots that join later (in slot order);
     service[i, s]: seconds per microbatch of peer i at stage s; ev_*: unit trace events (+1 join,
-    -1 leave) with uniform draws u (stage) and v (peer); period: rebalancing T (0 = never; then
-    joiners pick a uniform stage with u); move_seconds[s]: download time to serve stage s.
+    -1 leave) with uniform draws u (stage) and v (peer); period: rebalancing T (0 = never);
+    directed: joiners take `rebalance_join`'s stage, else a uniform one drawn with u;
+    move_seconds[s]: download time to serve stage s.
     work/optimal: microbatches done / possible per bin; busy[b, s] / peer_sec[b, s]: busy /
     serving peer-seconds of stage s in bin b.
     """
@@ -208,7 +209,7 @@ def fluid_run(stage, service, hop, ev_t, ev_delta, ev_u, ev_v, num_stages, windo
             elif next_slot < stage.shape[0]:
                 i = next_slot
                 next_slot += 1
-                if period > 0:
+                if directed:
                     q = fluid_queues(stage, ready, service, num_stages, window, hop, cv)
                     stage[i] = rebalance_join(np.where(ready, stage, -1), q, num_stages)
                 else:

@@ -123,7 +123,7 @@ def run_events(s: Scenario, world: World | None = None, *, max_hops: int = 200_0
                     sw.leave(i, -1, t)
             elif next_slot < len(w.names):
                 i, next_slot = next_slot, next_slot + 1
-                joined = (rebalance_join(sw.serving(), sw.qlen.astype(float), s.stages) if s.rebalance_period
+                joined = (rebalance_join(sw.serving(), sw.qlen.astype(float), s.stages) if s.joins_by_policy
                           else min(int(w.ev_u[k] * s.stages), s.stages - 1))
                 sw.leave(i, int(joined), t)
                 out.append(events.peer(t, peer=w.names[i], stage=int(joined), state="joined", queue=0))

@@ -25,7 +25,7 @@ def run_fluid(s: Scenario, world: World | None = None, *, with_events: bool = Tr
     log_stage, log_code = np.zeros(cap, np.int64), np.zeros(cap, np.int64)
     work, optimal, busy, peer_sec, n_log = fluid_run(
         w.stage0.copy(), service, w.hop_seconds, w.ev_t, w.ev_delta, w.ev_u, w.ev_v, s.stages,
-        s.trainers * s.window, w.group, w.ar_time, w.ar_rtt, s.service_cv, s.rebalance_period or 0.0,
+        s.trainers * s.window, w.group, w.ar_time, w.ar_rtt, s.service_cv, s.rebalance_period or 0.0, s.joins_by_policy,
         w.move_seconds, s.duration, s.bin_seconds, log_t, log_peer, log_stage, log_code)
     out: list[events.Event] = []
     if with_events:

@@ -90,6 +90,7 @@ class Scenario:
     global_batch: int | None = None  # samples per optimizer step (all-reduce per stage); None = none
     rebalance_period: float | None = None  # Algorithm 2 period T in seconds; None = no rebalancing
     move_seconds: float | None = None  # downtime of a moving peer; None = stage state / bandwidth
+    directed_joins: bool = True  # with rebalancing, newcomers join the stage Algorithm 2 picks; else uniform
     duration: float = 600.0  # simulated seconds
     trace: Trace = ()  # (time, change in peers) events
     churn: ChurnModel | None = None  # if set, the trace is generated from it (with `seed`)
@@ -135,6 +136,7 @@ class Scenario:
             low = 0 if name == "move_seconds" else 1e-9
             _check(value is None or (_num(value) and value >= low), o, name, value,
                    "None or a finite number of seconds " + (">= 0" if low == 0 else "> 0"))
+        _check(isinstance(self.directed_joins, bool), o, "directed_joins", self.directed_joins, "True or False")
         for name in ("duration", "bin_seconds"):
             value = getattr(self, name)
             _check(_num(value) and value > 0, o, name, value, "a finite number of seconds > 0")
@@ -147,6 +149,11 @@ class Scenario:
     @property
     def initial_peers(self) -> int:
         return sum(g.count for g in self.peers)
+
+    @property
+    def joins_by_policy(self) -> bool:
+        """Whether newcomers take `rebalance_join`'s stage (rebalancing on and directed joins)."""
+        return self.rebalance_period is not None and self.directed_joins
 
     def events_trace(self) -> Trace:
         """The membership trace: the churn model's (seeded) if set, else `trace`."""

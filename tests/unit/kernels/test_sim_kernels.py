@@ -23,7 +23,7 @@ def test_fluid_kernel_matches_plain_python():
     for fn in (fluid_run, fluid_run.py_func):
         logs = (np.zeros(64), np.zeros(64, np.int64), np.zeros(64, np.int64), np.zeros(64, np.int64))
         result = fn(w.stage0.copy(), w.fwd + w.bwd, w.hop_seconds, w.ev_t, w.ev_delta, w.ev_u, w.ev_v, s.stages,
-                    s.trainers * s.window, w.group, w.ar_time, w.ar_rtt, s.service_cv, 60.0, w.move_seconds,
+                    s.trainers * s.window, w.group, w.ar_time, w.ar_rtt, s.service_cv, 60.0, True, w.move_seconds,
                     s.duration, s.bin_seconds, *logs)
         outs.append((result, logs))
     (a, la), (b, lb) = outs
