@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ["labkit.cli.train"]
+COMMANDS = ["labkit.cli.train", "labkit.cli.simulate"]
 
 
 class _Parser(argparse.ArgumentParser):

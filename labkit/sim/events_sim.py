@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -86,8 +87,12 @@ class _Swarm:
                   self.out, self.hops)
 
 
-def run_events(s: Scenario, world: World | None = None, *, max_hops: int = 200_000, progress=None) -> SimResult:
-    """Simulate `s` microbatch by microbatch; hop, peer, step and run events (hops capped)."""
+def run_events(s: Scenario, world: World | None = None, *, max_hops: int = 200_000,
+               progress: Callable[[float], None] | None = None) -> SimResult:
+    """Simulate `s` microbatch by microbatch; hop, peer, step and run events (hops capped).
+
+    `progress(t)` is called with the virtual time reached after each membership segment.
+    """
     start = time.perf_counter()
     w = world or build_world(s)
     seed_noise(s.seed)
