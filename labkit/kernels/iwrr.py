@@ -29,49 +29,55 @@ def iwrr_pick(stage, prio, ema, order, banned, s):
 
 
 @njit(cache=True)
-def _before(a, b, prio, order):
-    return prio[a] < prio[b] or (prio[a] == prio[b] and order[a] < order[b])
-
-
-@njit(cache=True)
 def iwrr_route_batch(stage, prio, ema, order, banned, s, out):
     """Route len(out) microbatches through stage `s` (picks written to `out`); returns how many.
 
-    The same picks as calling `iwrr_pick` len(out) times, in O(n + k log n): a binary heap of the
-    stage's unbanned peers keyed by (prio, order).
+    The same picks as calling `iwrr_pick` len(out) times, in O(n + k log n), on a tournament
+    (loser) tree over the stage's unbanned peers: node v keeps the loser of the match played
+    there, so after charging the winner only its leaf-to-root path is replayed. Priorities are
+    never negative (they start at 0 + epsilon and grow by EMAs > 0), so their IEEE bit patterns
+    order like the floats; comparing those as integers lets the replay run without branches.
     """
-    heap = np.empty(stage.shape[0], np.int64)
-    n = 0
-    for i in range(stage.shape[0]):
-        if stage[i] == s and not banned[i]:
-            heap[n] = i
-            n += 1
+    live = np.nonzero((stage == s) & ~banned)[0]
+    n = live.shape[0]
     if n == 0:
         return 0
-    for start in range(n // 2 - 1, -1, -1):
-        _sift_down(heap, n, start, prio, order)
+    m = 1
+    while m < n:
+        m *= 2
+    kp = np.full(m, np.inf)  # leaf keys: priority, then insertion order (padding never wins)
+    kp[:n] = prio[live]
+    if kp.min() < 0.0:
+        raise ValueError("IWRR priorities must be >= 0")
+    kb = kp.view(np.int64)
+    ko = np.full(m, np.iinfo(np.int64).max)
+    ko[:n] = order[live]
+    charge = ema[live]
+    loser = np.zeros(m, np.int64)
+    winner = np.zeros(2 * m, np.int64)
+    winner[m:] = np.arange(m)
+    for v in range(m - 1, 0, -1):  # play every match bottom-up once
+        a, b = winner[2 * v], winner[2 * v + 1]
+        a_wins = kb[a] < kb[b] or (kb[a] == kb[b] and ko[a] < ko[b])
+        winner[v], loser[v] = (a, b) if a_wins else (b, a)
+    cur = winner[1]
     for k in range(out.shape[0]):
-        top = heap[0]
-        out[k] = top
-        prio[top] += ema[top]  # charge, then restore the heap order from the root
-        _sift_down(heap, n, 0, prio, order)
+        out[k] = live[cur]
+        kp[cur] += charge[cur]  # charge the picked peer its EMA, then replay its path to the root
+        pb, o = kb[cur], ko[cur]
+        v = (cur + m) >> 1
+        while v >= 1:
+            other = loser[v]
+            qb, r = kb[other], ko[other]
+            mask = -np.int64((qb < pb) | ((qb == pb) & (r < o)))  # all ones if `other` wins
+            loser[v] = other ^ ((other ^ cur) & mask)
+            cur = cur ^ ((cur ^ other) & mask)
+            pb = pb ^ ((pb ^ qb) & mask)
+            o = o ^ ((o ^ r) & mask)
+            v >>= 1
+    for j in range(n):
+        prio[live[j]] = kp[j]
     return out.shape[0]
-
-
-@njit(cache=True)
-def _sift_down(heap, n, pos, prio, order):
-    item = heap[pos]
-    while True:
-        child = 2 * pos + 1
-        if child >= n:
-            break
-        if child + 1 < n and _before(heap[child + 1], heap[child], prio, order):
-            child += 1
-        if not _before(heap[child], item, prio, order):
-            break
-        heap[pos] = heap[child]
-        pos = child
-    heap[pos] = item
 
 
 @njit(cache=True)
