@@ -59,8 +59,8 @@ def pipeline_rate(stage, ready, service, num_stages, window, hop, cv, group, ar_
     network seconds per microbatch, Little's law) or at a peer, which holds M/G/1's mean number in
     system at utilisation x / capacity of its stage. A microbatch crosses each stage twice; the
     network seconds of a crossing average `hop[i]` (peer i's round trip + payload) with IWRR's
-    weights 1 / response time, so near peers count more, as the router prefers them. The x balancing that population (found by bisection,
-    below the slowest stage's capacity) is the throughput. `group` microbatches make a global
+    weights 1 / response time, so near peers count more, as the router prefers them. The x that
+    balances this population (bisection below the slowest stage's capacity) is the throughput. `group` microbatches make a global
     batch (0 = no all-reduce); a stage of n peers then all-reduces in 2(n-1)/n * ar_time[s] +
     2 * ar_rtt seconds (butterfly all-reduce), during which nobody computes.
     """

@@ -19,8 +19,8 @@ def even_peers(device: str, per_stage: int, stages: int, region: str = "default"
 
 def table5(period: float | None = None, seed: int = 0, stages: int = 4, per_stage: int = 100) -> Scenario:
     """SWARM Table 5 / App. I: 32 h of preemptible T4s on 4 stages, rebalancing period T."""
-    return Scenario(name=f"table5 T={period}", model="large", stages=stages, peers=even_peers("T4", per_stage, stages),
-                    trainers=100, window=32, churn=TABLE5_CHURN, duration=TABLE5_CHURN.hours * 3600.0,
+    return Scenario(name=f"table5 T={period}", model="large", stages=stages,
+                    peers=even_peers("T4", per_stage, stages), trainers=100, window=32, churn=TABLE5_CHURN, duration=TABLE5_CHURN.hours * 3600.0,
                     rebalance_period=period, bin_seconds=60.0, seed=seed)
 
 
@@ -33,9 +33,12 @@ def small_swarm() -> Scenario:
 
 def global_mix() -> Scenario:
     """Mixed consumer and datacenter GPUs in three regions, trainers in Europe, one hour."""
-    peers = (PeerGroup(device="RTX3080", count=6, stage=0, region="eu"), PeerGroup(device="RTX4090", count=4, stage=1, region="us"),
-             PeerGroup(device="A100", count=2, stage=2, region="us"), PeerGroup(device="RTX2080", count=8, stage=3, region="asia"))
-    links = (Link(a="eu", b="eu", rtt_ms=10.0, bandwidth_mbps=1000.0), Link(a="eu", b="us", rtt_ms=90.0, bandwidth_mbps=500.0),
+    peers = (PeerGroup(device="RTX3080", count=6, stage=0, region="eu"),
+             PeerGroup(device="RTX4090", count=4, stage=1, region="us"),
+             PeerGroup(device="A100", count=2, stage=2, region="us"),
+             PeerGroup(device="RTX2080", count=8, stage=3, region="asia"))
+    links = (Link(a="eu", b="eu", rtt_ms=10.0, bandwidth_mbps=1000.0),
+             Link(a="eu", b="us", rtt_ms=90.0, bandwidth_mbps=500.0),
              Link(a="eu", b="asia", rtt_ms=220.0, bandwidth_mbps=200.0))
     return Scenario(name="global-mix", model="medium", stages=4, peers=peers, trainer_region="eu", links=links,
                     trainers=8, window=8, compression=2.0, duration=3600.0,
