@@ -32,49 +32,46 @@ def iwrr_pick(stage, prio, ema, order, banned, s):
 def iwrr_route_batch(stage, prio, ema, order, banned, s, out):
     """Route len(out) microbatches through stage `s` (picks written to `out`); returns how many.
 
-    The same picks as calling `iwrr_pick` len(out) times, in O(n + k log n), on a tournament
-    (loser) tree over the stage's unbanned peers: node v keeps the loser of the match played
-    there, so after charging the winner only its leaf-to-root path is replayed. Priorities are
-    never negative (they start at 0 + epsilon and grow by EMAs > 0), so their IEEE bit patterns
-    order like the floats; comparing those as integers lets the replay run without branches.
+    The same picks as calling `iwrr_pick` len(out) times, in about O(1) per pick: a calendar
+    queue. Within a batch every priority stays in [min, min + R) with R = initial spread + the
+    largest EMA, so peers sit in ~2n circular buckets of width R / 2n by floor(prio / width);
+    the smallest (prio, order) is in the first non-empty bucket from the current minimum's, and
+    a charged peer only moves forward.
     """
     live = np.nonzero((stage == s) & ~banned)[0]
     n = live.shape[0]
     if n == 0:
         return 0
-    m = 1
-    while m < n:
-        m *= 2
-    kp = np.full(m, np.inf)  # leaf keys: priority, then insertion order (padding never wins)
-    kp[:n] = prio[live]
-    if kp.min() < 0.0:
-        raise ValueError("IWRR priorities must be >= 0")
-    kb = kp.view(np.int64)
-    ko = np.full(m, np.iinfo(np.int64).max)
-    ko[:n] = order[live]
-    charge = ema[live]
-    loser = np.zeros(m, np.int64)
-    winner = np.zeros(2 * m, np.int64)
-    winner[m:] = np.arange(m)
-    for v in range(m - 1, 0, -1):  # play every match bottom-up once
-        a, b = winner[2 * v], winner[2 * v + 1]
-        a_wins = kb[a] < kb[b] or (kb[a] == kb[b] and ko[a] < ko[b])
-        winner[v], loser[v] = (a, b) if a_wins else (b, a)
-    cur = winner[1]
+    kp, ko, charge = prio[live].copy(), order[live], ema[live]
+    low = kp.min()  # priorities never fall below the batch's first minimum
+    span = kp.max() - low + charge.max()
+    buckets = 2 * n + 4  # covers span / width = 2n buckets plus rounding at both ends
+    inv_width = (2 * n) / span if span > 0 else 1.0
+    head = np.full(buckets, -1, np.int64)
+    nxt = np.full(n, -1, np.int64)
+    for j in range(n - 1, -1, -1):
+        b = int((kp[j] - low) * inv_width) % buckets
+        nxt[j] = head[b]
+        head[b] = j
+    b = 0
     for k in range(out.shape[0]):
-        out[k] = live[cur]
-        kp[cur] += charge[cur]  # charge the picked peer its EMA, then replay its path to the root
-        pb, o = kb[cur], ko[cur]
-        v = (cur + m) >> 1
-        while v >= 1:
-            other = loser[v]
-            qb, r = kb[other], ko[other]
-            mask = -np.int64((qb < pb) | ((qb == pb) & (r < o)))  # all ones if `other` wins
-            loser[v] = other ^ ((other ^ cur) & mask)
-            cur = cur ^ ((cur ^ other) & mask)
-            pb = pb ^ ((pb ^ qb) & mask)
-            o = o ^ ((o ^ r) & mask)
-            v >>= 1
+        while head[b] < 0:  # advance to the first non-empty bucket
+            b = b + 1 if b + 1 < buckets else 0
+        best, before, prev = head[b], -1, head[b]
+        j = nxt[best]
+        while j >= 0:  # the bucket's smallest (priority, insertion order)
+            if kp[j] < kp[best] or (kp[j] == kp[best] and ko[j] < ko[best]):
+                best, before = j, prev
+            prev, j = j, nxt[j]
+        if before < 0:
+            head[b] = nxt[best]
+        else:
+            nxt[before] = nxt[best]
+        out[k] = live[best]
+        kp[best] += charge[best]  # charge the picked peer its EMA and file it under its new bucket
+        nb = int((kp[best] - low) * inv_width) % buckets
+        nxt[best] = head[nb]
+        head[nb] = best
     for j in range(n):
         prio[live[j]] = kp[j]
     return out.shape[0]

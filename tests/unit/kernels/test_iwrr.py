@@ -43,3 +43,18 @@ def test_single_pick_matches_twin(arrays, s):
     p_kernel, p_twin = prio.copy(), prio.copy()
     assert iwrr_pick(stage, p_kernel, ema, order, banned, s) == iwrr_pick_py(stage, p_twin, ema, order, banned, s)
     assert np.array_equal(p_kernel, p_twin)
+
+
+def test_long_batches_wrap_the_calendar_many_times():
+    rng = np.random.default_rng(7)
+    for n, count in ((1, 50), (257, 20_000), (1000, 5_000)):
+        stage, banned = np.zeros(n, np.int64), rng.random(n) < 0.1
+        banned[0] = False
+        prio, ema = rng.uniform(0, 50, n), rng.uniform(0.001, 3.0, n)
+        ema[: n // 3] = 1.0  # many exact ties in priority after equal charges
+        order = rng.permutation(n).astype(np.int64)
+        p_kernel, p_twin = prio.copy(), prio.copy()
+        out = np.empty(count, np.int64)
+        iwrr_route_batch(stage, p_kernel, ema, order, banned, 0, out)
+        assert list(out) == iwrr_route_batch_py(stage, p_twin, ema, order, banned, 0, count)
+        assert np.array_equal(p_kernel, p_twin)
