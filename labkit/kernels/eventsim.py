@@ -54,7 +54,8 @@ def _pop(h_time, h_seq, h_slot, h_kind, size):
 
 
 @njit(cache=True)
-def run_until(t_end, num_stages, peers, router, service, links, slots, heap, counters, sync, out, hops):
+def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, service: tuple, links: tuple,
+              slots: tuple, heap: tuple, counters: np.ndarray, sync: tuple, out: tuple, hops: tuple) -> None:
     """Process every event before `t_end`; state lives in the arrays passed in and is updated.
 
     peers = (stage, free_at, qlen, epoch) per peer; router = (prio, ema, order, banned, gamma);
@@ -172,6 +173,6 @@ def _all_reduce(t, stage, free_at, t_ar, num_stages):
 
 
 @njit(cache=True)
-def seed_noise(seed):
+def seed_noise(seed: int) -> None:
     """Seed numba's generator, which draws the service-time noise inside `run_until`."""
     np.random.seed(seed)

@@ -19,7 +19,7 @@ JOINED, KILLED, MOVED, READY = 0, 1, 2, 3
 
 
 @njit(cache=True)
-def balanced_stages(live, service, num_stages):
+def balanced_stages(live: np.ndarray, service: np.ndarray, num_stages: int) -> np.ndarray:
     """A perfectly balanced stage for each `live` peer (-1 for the others).
 
     Greedy water-filling: fastest peers first, each to the stage with the least capacity so far.
@@ -46,13 +46,14 @@ def balanced_stages(live, service, num_stages):
 
 
 @njit(cache=True)
-def in_system(rho, cv):
+def in_system(rho: float, cv: float) -> float:
     """Pollaczek-Khinchine mean number in an M/G/1 system at utilisation rho (< 1)."""
     return rho + rho * rho * (1.0 + cv * cv) / (2.0 * (1.0 - rho))
 
 
 @njit(cache=True)
-def pipeline_rate(stage, ready, service, num_stages, window, hop, cv, group, ar_time, ar_rtt):
+def pipeline_rate(stage: np.ndarray, ready: np.ndarray, service: np.ndarray, num_stages: int, window: int,
+                  hop: np.ndarray, cv: float, group: int, ar_time: np.ndarray, ar_rtt: float) -> tuple[float, np.ndarray]:
     """(throughput, per-stage capacity) of the current membership, microbatches per second.
 
     The trainers keep `window` microbatches in flight; they sit either on the wire (throughput x
@@ -103,7 +104,8 @@ def pipeline_rate(stage, ready, service, num_stages, window, hop, cv, group, ar_
 
 
 @njit(cache=True)
-def fluid_queues(stage, ready, service, num_stages, window, hop, cv):
+def fluid_queues(stage: np.ndarray, ready: np.ndarray, service: np.ndarray, num_stages: int, window: int,
+                 hop: np.ndarray, cv: float) -> np.ndarray:
     """Per-peer queue lengths (M/G/1 mean number in system) that Algorithm 2 reads."""
     x, cap = pipeline_rate(stage, ready, service, num_stages, window, hop, cv, 0, np.zeros(1), 0.0)
     q = np.zeros(stage.shape[0])
@@ -115,7 +117,7 @@ def fluid_queues(stage, ready, service, num_stages, window, hop, cv):
 
 
 @njit(cache=True)
-def pick_leaver(stage, u, v, num_stages):
+def pick_leaver(stage: np.ndarray, u: float, v: float, num_stages: int) -> int:
     """A uniformly drawn stage among those with peers, then a uniformly drawn peer of it."""
     counts = np.zeros(num_stages, np.int64)
     for i in range(stage.shape[0]):
@@ -135,8 +137,11 @@ def pick_leaver(stage, u, v, num_stages):
 
 
 @njit(cache=True)
-def fluid_run(stage, service, hop, ev_t, ev_delta, ev_u, ev_v, num_stages, window, group, ar_time,
-              ar_rtt, cv, period, directed, move_seconds, duration, bin_seconds, log_t, log_peer, log_stage, log_code):
+def fluid_run(stage: np.ndarray, service: np.ndarray, hop: np.ndarray, ev_t: np.ndarray, ev_delta: np.ndarray,
+              ev_u: np.ndarray, ev_v: np.ndarray, num_stages: int, window: int, group: int, ar_time: np.ndarray,
+              ar_rtt: float, cv: float, period: float, directed: bool, move_seconds: np.ndarray, duration: float,
+              bin_seconds: float, log_t: np.ndarray, log_peer: np.ndarray, log_stage: np.ndarray,
+              log_code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """Run the fluid model from t = 0 to `duration`; returns (work, optimal, busy, peer_sec, n_log).
 
     stage[i]: initial stage of peer slot i, -1 for slots that join later (in slot order);

@@ -16,7 +16,8 @@ from numba import njit
 
 
 @njit(cache=True)
-def iwrr_pick(stage, prio, ema, order, banned, s):
+def iwrr_pick(stage: np.ndarray, prio: np.ndarray, ema: np.ndarray, order: np.ndarray, banned: np.ndarray,
+              s: int) -> int:
     """Index of the unbanned peer of stage `s` with the smallest (prio, order), charged; -1 if none."""
     best = -1
     for i in range(stage.shape[0]):
@@ -29,7 +30,8 @@ def iwrr_pick(stage, prio, ema, order, banned, s):
 
 
 @njit(cache=True)
-def iwrr_route_batch(stage, prio, ema, order, banned, s, out):
+def iwrr_route_batch(stage: np.ndarray, prio: np.ndarray, ema: np.ndarray, order: np.ndarray,
+                     banned: np.ndarray, s: int, out: np.ndarray) -> int:
     """Route len(out) microbatches through stage `s` (picks written to `out`); returns how many.
 
     The same picks as calling `iwrr_pick` len(out) times, in about O(1) per pick: a calendar
@@ -78,7 +80,8 @@ def iwrr_route_batch(stage, prio, ema, order, banned, s, out):
 
 
 @njit(cache=True)
-def iwrr_entry(stage, prio, ema, banned, s, epsilon, initial_ema):
+def iwrr_entry(stage: np.ndarray, prio: np.ndarray, ema: np.ndarray, banned: np.ndarray, s: int, epsilon: float,
+               initial_ema: float) -> tuple[float, float]:
     """(priority, ema) for a peer entering stage `s`: stage-min priority + epsilon, stage-mean EMA."""
     floor = 0.0
     total = 0.0
@@ -92,7 +95,7 @@ def iwrr_entry(stage, prio, ema, banned, s, epsilon, initial_ema):
 
 
 @njit(cache=True)
-def ema_fold(ema, i, seconds, gamma):
+def ema_fold(ema: np.ndarray, i: int, seconds: float, gamma: float) -> None:
     """Fold one measured response time into peer i's EMA: ema = gamma*dt + (1-gamma)*ema."""
     ema[i] = gamma * seconds + (1.0 - gamma) * ema[i]
 
@@ -123,3 +126,16 @@ def iwrr_route_batch_py(stage: np.ndarray, prio: np.ndarray, ema: np.ndarray, or
     for p, _, i in heap:
         prio[i] = p
     return picks
+
+
+def iwrr_entry_py(stage: np.ndarray, prio: np.ndarray, ema: np.ndarray, banned: np.ndarray, s: int, epsilon: float,
+                  initial_ema: float) -> tuple[float, float]:
+    """Plain-Python twin of `iwrr_entry`."""
+    live = [i for i in range(len(stage)) if stage[i] == s and not banned[i]]
+    floor = min((float(prio[i]) for i in live), default=0.0)
+    return floor + epsilon, (sum(float(ema[i]) for i in live) / len(live) if live else initial_ema)
+
+
+def ema_fold_py(ema: np.ndarray, i: int, seconds: float, gamma: float) -> None:
+    """Plain-Python twin of `ema_fold`."""
+    ema[i] = gamma * seconds + (1.0 - gamma) * float(ema[i])

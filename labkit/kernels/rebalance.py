@@ -37,7 +37,7 @@ def _extremes(loads):
 
 
 @njit(cache=True)
-def rebalance_move(stage, queue, rank, num_stages):
+def rebalance_move(stage: np.ndarray, queue: np.ndarray, rank: np.ndarray, num_stages: int) -> tuple[int, int, int]:
     """(peer, source, target) of Algorithm 2's move, or (-1, -1, -1) when nobody should move.
 
     Nobody moves when there is one stage, a stage is empty, all loads are equal, or the move
@@ -61,7 +61,7 @@ def rebalance_move(stage, queue, rank, num_stages):
 
 
 @njit(cache=True)
-def rebalance_join(stage, queue, num_stages):
+def rebalance_join(stage: np.ndarray, queue: np.ndarray, num_stages: int) -> int:
     """Stage a new peer joins: the first stage with no peers, else the most loaded one."""
     loads, counts = _stage_totals(stage, queue, num_stages)
     for s in range(num_stages):

@@ -142,6 +142,7 @@ class Scenario:
             _check(_num(value) and value > 0, o, name, value, "a finite number of seconds > 0")
         object.__setattr__(self, "trace", check_trace(self.trace))
         _check(self.churn is None or isinstance(self.churn, ChurnModel), o, "churn", self.churn, "None or a ChurnModel")
+        _check(self.churn is None or not self.trace, o, "trace", self.trace, "empty when churn generates the trace")
         _check(_num(self.gamma) and 0 < self.gamma <= 1, o, "gamma", self.gamma, "a number in (0, 1]")
         _check(_num(self.epsilon) and self.epsilon >= 0, o, "epsilon", self.epsilon, "a finite number >= 0")
         _check(_int(self.seed) and self.seed >= 0, o, "seed", self.seed, "an integer >= 0")

@@ -4,7 +4,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.kernels.iwrr import iwrr_pick, iwrr_pick_py, iwrr_route_batch, iwrr_route_batch_py
+from labkit.kernels.iwrr import (ema_fold, ema_fold_py, iwrr_entry, iwrr_entry_py, iwrr_pick, iwrr_pick_py,
+                                iwrr_route_batch, iwrr_route_batch_py)
 
 
 @st.composite
@@ -58,3 +59,16 @@ def test_long_batches_wrap_the_calendar_many_times():
         iwrr_route_batch(stage, p_kernel, ema, order, banned, 0, out)
         assert list(out) == iwrr_route_batch_py(stage, p_twin, ema, order, banned, 0, count)
         assert np.array_equal(p_kernel, p_twin)
+
+
+@settings(max_examples=150, deadline=None)
+@given(peer_arrays(), st.integers(0, 3), st.floats(0.0, 1.0), st.floats(0.0, 5.0), st.floats(0.01, 1.0))
+def test_entry_and_ema_fold_match_twins(arrays, s, epsilon, seconds, gamma):
+    stage, prio, ema, order, banned = arrays
+    kernel = iwrr_entry(stage, prio, ema, banned, s, epsilon, 0.7)
+    twin = iwrr_entry_py(stage, prio, ema, banned, s, epsilon, 0.7)
+    assert kernel[0] == twin[0] and abs(kernel[1] - twin[1]) <= 1e-12 * max(1.0, abs(twin[1]))
+    e_kernel, e_twin = ema.copy(), ema.copy()
+    ema_fold(e_kernel, 0, seconds, gamma)
+    ema_fold_py(e_twin, 0, seconds, gamma)
+    assert np.array_equal(e_kernel, e_twin)
