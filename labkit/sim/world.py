@@ -4,6 +4,7 @@ Hop model: a trainer sends a microbatch's boundary activations (or, backward, th
 to a peer and gets the answer back: one round trip plus one payload over the trainer-peer link,
 so each stage boundary is crossed once per direction as in a pipeline. Compute: FLOPs of the
 stage over the device's `efficiency` x fp16 tensor peak, plus `overhead_ms` per block and pass.
+All-reduces and state downloads use the scenario's default link (rtt_ms, bandwidth_mbps).
 """
 
 from __future__ import annotations
