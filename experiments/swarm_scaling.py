@@ -69,7 +69,7 @@ def main() -> None:
 
         from experiments._plot import save
         left = alt.Chart(alt.Data(values=[{"peers": n, "samples_per_s": x} for n, x in zip(PEERS, fig6)])).mark_line(
-            point=True).encode(x=alt.X("peers:Q", scale=alt.Scale(type="log", base=2)), y="samples_per_s:Q").properties(
+            point=True).encode(x="peers:Q", y="samples_per_s:Q").properties(
             width=300, height=240, title="Fig. 6: throughput vs peers (T4, 4 stages)")
         right = alt.Chart(alt.Data(values=[{"stages": S, "policy": "none" if p is None else "T=300",
                                             "pct_of_optimal": v[0]} for (S, p), v in fig7.items()])).mark_line(
