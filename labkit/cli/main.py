@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ["labkit.cli.train", "labkit.cli.plan"]
+COMMANDS = ["labkit.cli.train", "labkit.cli.plan", "labkit.cli.simulate"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -3,13 +3,18 @@
 Every T seconds each peer publishes its queue length under its stage's key. Each stage's load is
 the sum of its peers' queues. The least-loaded peer of the least-loaded stage moves to the most
 loaded stage. New peers join the stage this rule would send a mover to. No threads, no torch: the
-runtime and the simulator call the same functions.
+runtime and the simulator run the same numba kernels (`labkit.kernels.rebalance`); these functions
+translate peer names to the kernels' arrays.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+import numpy as np
+
+from labkit.kernels.rebalance import rebalance_join, rebalance_move
 
 
 @dataclass(frozen=True)
@@ -29,18 +34,15 @@ def stage_loads(queues: Mapping[str, tuple[int, float]], num_stages: int) -> lis
     return loads
 
 
-def _peer_counts(queues: Mapping[str, tuple[int, float]], num_stages: int) -> list[int]:
-    counts = [0] * num_stages
-    for stage, _ in queues.values():
-        counts[stage] += 1
-    return counts
-
-
-def _extremes(loads: list[float]) -> tuple[int, int]:
-    """(s_min, s_max) as Algorithm 2 scans them: strict comparisons, so the first stage wins ties."""
-    s_min = min(range(len(loads)), key=lambda s: (loads[s], s))
-    s_max = max(range(len(loads)), key=lambda s: (loads[s], -s))
-    return s_min, s_max
+def _arrays(queues: Mapping[str, tuple[int, float]], num_stages: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Peer names, stages and queue lengths as arrays in `queues` order (so loads sum alike)."""
+    names = list(queues)
+    stage = np.fromiter((queues[p][0] for p in names), np.int64, len(names))
+    if len(names) and (stage.min() < 0 or stage.max() >= num_stages):
+        bad = next(p for p in names if not 0 <= queues[p][0] < num_stages)
+        raise ValueError(f"queues[{bad!r}] stage={queues[bad][0]!r} is not allowed: it must be in [0, {num_stages})")
+    queue = np.fromiter((float(queues[p][1]) for p in names), np.float64, len(names))
+    return names, stage, queue
 
 
 def choose_move(queues: Mapping[str, tuple[int, float]], num_stages: int) -> Move | None:
@@ -51,22 +53,14 @@ def choose_move(queues: Mapping[str, tuple[int, float]], num_stages: int) -> Mov
     pseudocode does not guard this; an empty stage halts the pipeline). Ties break toward the
     lower stage index and then the peer name, so every peer computes the same move.
     """
-    if num_stages < 2:
-        return None
-    counts = _peer_counts(queues, num_stages)
-    if 0 in counts:
-        return None
-    loads = stage_loads(queues, num_stages)
-    s_min, s_max = _extremes(loads)
-    if loads[s_max] <= loads[s_min] or counts[s_min] < 2:
-        return None
-    candidates = sorted((length, peer) for peer, (stage, length) in queues.items() if stage == s_min)
-    return Move(peer=candidates[0][1], source=s_min, target=s_max)
+    names, stage, queue = _arrays(queues, num_stages)
+    rank = np.empty(len(names), np.int64)
+    rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+    peer, source, target = rebalance_move(stage, queue, rank, num_stages)
+    return None if peer < 0 else Move(peer=names[peer], source=int(source), target=int(target))
 
 
 def join_stage(queues: Mapping[str, tuple[int, float]], num_stages: int) -> int:
     """The stage a new peer joins: the first stage with no peers, else the most loaded one."""
-    counts = _peer_counts(queues, num_stages)
-    if 0 in counts:
-        return counts.index(0)
-    return _extremes(stage_loads(queues, num_stages))[1]
+    _, stage, queue = _arrays(queues, num_stages)
+    return int(rebalance_join(stage, queue, num_stages))

@@ -1,7 +1,8 @@
 """Stochastic wiring: SWARM's Interleaved Weighted Round-Robin router (Algorithm 1).
 
 Pure logic: no threads, no sockets, no torch. The in-process runtime, the Dask runtime and the
-simulator all route through a `Router`, so a routing figure from the simulator describes the
+simulator all route through the same numba kernels (`labkit.kernels.iwrr`); `Router` keeps the
+per-peer state in arrays and names peers, so a routing figure from the simulator describes the
 real system.
 
 Each peer serves one stage. Per peer the router keeps an exponential moving average (EMA) of its
@@ -13,6 +14,10 @@ twice as often. A fault bans a peer (it is never picked) until it re-announces i
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
+
+from labkit.kernels.iwrr import ema_fold, iwrr_entry, iwrr_pick
 
 
 @dataclass
@@ -51,64 +56,85 @@ class Router:
         self.gamma = gamma
         self.epsilon = epsilon
         self.initial_ema = initial_ema
-        self._peers: dict[str, PeerRecord] = {}
+        self._slot: dict[str, int] = {}  # peer name -> array slot
+        self._names: list[str | None] = []  # array slot -> peer name (None = free slot)
+        self._free: list[int] = []
+        self._stage = np.empty(0, np.int64)  # -1 marks a free slot
+        self._prio = np.empty(0)
+        self._ema = np.empty(0)
+        self._order = np.empty(0, np.int64)
+        self._banned = np.empty(0, np.bool_)
         self._counter = 0
 
     # -- membership -------------------------------------------------------------------------
     def announce(self, peer: str, stage: int) -> None:
         """Add a peer, or un-ban it / move it to `stage` when it re-announces itself."""
-        record = self._peers.get(peer)
-        if record is not None and record.stage == stage and not record.banned:
+        i = self._slot.get(peer)
+        if i is not None and self._stage[i] == stage and not self._banned[i]:
             return
-        live = self._live(stage)
-        floor = min((self._peers[p].priority for p in live), default=0.0)
-        if record is None or record.stage != stage:
-            emas = [self._peers[p].ema for p in live]
-            ema = sum(emas) / len(emas) if emas else self.initial_ema
+        priority, ema = iwrr_entry(self._stage, self._prio, self._ema, self._banned, stage, self.epsilon, self.initial_ema)
+        if i is None or self._stage[i] != stage:
+            if i is None:
+                i = self._new_slot(peer)
             self._counter += 1
-            self._peers[peer] = PeerRecord(stage=stage, ema=ema, priority=floor + self.epsilon, order=self._counter)
-        else:
-            record.banned = False
-            record.priority = floor + self.epsilon
+            self._stage[i], self._ema[i], self._order[i] = stage, ema, self._counter
+        self._banned[i] = False
+        self._prio[i] = priority
 
     def remove(self, peer: str) -> None:
         """Forget a peer entirely (it left the swarm)."""
-        self._peers.pop(peer, None)
+        i = self._slot.pop(peer, None)
+        if i is not None:
+            self._stage[i] = -1
+            self._names[i] = None
+            self._free.append(i)
 
     def ban(self, peer: str) -> None:
         """Stop routing to a peer after a fault or timeout, until it re-announces itself."""
-        if peer in self._peers:
-            self._peers[peer].banned = True
+        i = self._slot.get(peer)
+        if i is not None:
+            self._banned[i] = True
 
     # -- routing ----------------------------------------------------------------------------
     def choose(self, stage: int) -> str | None:
         """Pick the live peer of `stage` with the smallest priority and charge it; None if none."""
-        live = self._live(stage)
-        if not live:
-            return None
-        peer = min(live, key=lambda p: (self._peers[p].priority, self._peers[p].order))
-        record = self._peers[peer]
-        record.priority += record.ema
-        return peer
+        i = iwrr_pick(self._stage, self._prio, self._ema, self._order, self._banned, stage)
+        return None if i < 0 else self._names[i]
 
     def report(self, peer: str, seconds: float) -> None:
         """Fold one measured response time into the peer's EMA."""
-        record = self._peers.get(peer)
-        if record is not None:
-            record.ema = self.gamma * seconds + (1.0 - self.gamma) * record.ema
+        i = self._slot.get(peer)
+        if i is not None:
+            ema_fold(self._ema, i, float(seconds), self.gamma)
 
     # -- inspection -------------------------------------------------------------------------
     def peers(self, stage: int | None = None, *, include_banned: bool = True) -> list[str]:
         """Peers known to this router, optionally of one stage, in insertion order."""
+        slots = sorted(self._slot.values(), key=lambda i: self._order[i])
         return [
-            p
-            for p, r in sorted(self._peers.items(), key=lambda kv: kv[1].order)
-            if (stage is None or r.stage == stage) and (include_banned or not r.banned)
+            self._names[i]
+            for i in slots
+            if (stage is None or self._stage[i] == stage) and (include_banned or not self._banned[i])
         ]
 
     def record(self, peer: str) -> PeerRecord:
-        """The router's record of one peer (a copy is not made: do not mutate)."""
-        return self._peers[peer]
+        """A snapshot of the router's record of one peer (KeyError if unknown)."""
+        i = self._slot[peer]
+        return PeerRecord(stage=int(self._stage[i]), ema=float(self._ema[i]), priority=float(self._prio[i]),
+                          banned=bool(self._banned[i]), order=int(self._order[i]))
 
-    def _live(self, stage: int) -> list[str]:
-        return [p for p, r in self._peers.items() if r.stage == stage and not r.banned]
+    def _new_slot(self, peer: str) -> int:
+        if not self._free:
+            old = len(self._names)
+            grow = max(8, old)
+            self._stage = np.concatenate([self._stage, np.full(grow, -1, np.int64)])
+            self._prio = np.concatenate([self._prio, np.zeros(grow)])
+            self._ema = np.concatenate([self._ema, np.zeros(grow)])
+            self._order = np.concatenate([self._order, np.zeros(grow, np.int64)])
+            self._banned = np.concatenate([self._banned, np.zeros(grow, np.bool_)])
+            self._names.extend([None] * grow)
+            self._free.extend(range(old + grow - 1, old - 1, -1))
+        i = self._free.pop()
+        self._slot[peer] = i
+        self._names[i] = peer
+        return i

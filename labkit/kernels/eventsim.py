@@ -1,0 +1,178 @@
+"""Microbatch-level discrete-event simulation of SWARM trainers and peers, as one numba loop.
+
+Each of W trainer slots keeps one microbatch in flight: forward through stages 0..S-1 on peers
+that IWRR picks (`iwrr_pick`, the router's kernel), then backward along the same peers. A hop is
+ARRIVE (request reaches the peer after half a round trip plus the payload), FINISH (the peer's
+FIFO queue served it) and RESPOND (the answer is back half a round trip later; the trainer folds
+the response time into the peer's EMA with `ema_fold`). A microbatch whose peer left or moved
+is recorded lost and redone from stage 0. The Python driver changes membership between calls.
+Twin: `run_until.py_func` (tests compare them with cv = 0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from labkit.kernels.iwrr import ema_fold, iwrr_pick
+
+ARRIVE, FINISH, RESPOND, RETRY = 0, 1, 2, 3
+RETRY_SECONDS = 1.0  # a trainer finding a stage without peers tries again after this long
+
+
+@njit(cache=True)
+def _push(h_time, h_seq, h_slot, h_kind, size, seq, t, slot, kind):
+    pos = size
+    while pos > 0:
+        parent = (pos - 1) // 2
+        if h_time[parent] < t or (h_time[parent] == t and h_seq[parent] < seq):
+            break
+        h_time[pos], h_seq[pos], h_slot[pos], h_kind[pos] = h_time[parent], h_seq[parent], h_slot[parent], h_kind[parent]
+        pos = parent
+    h_time[pos], h_seq[pos], h_slot[pos], h_kind[pos] = t, seq, slot, kind
+    return size + 1
+
+
+@njit(cache=True)
+def _pop(h_time, h_seq, h_slot, h_kind, size):
+    size -= 1
+    t, seq, slot, kind = h_time[size], h_seq[size], h_slot[size], h_kind[size]
+    pos = 0
+    while True:
+        child = 2 * pos + 1
+        if child >= size:
+            break
+        if child + 1 < size and (h_time[child + 1] < h_time[child] or
+                                 (h_time[child + 1] == h_time[child] and h_seq[child + 1] < h_seq[child])):
+            child += 1
+        if t < h_time[child] or (t == h_time[child] and seq < h_seq[child]):
+            break
+        h_time[pos], h_seq[pos], h_slot[pos], h_kind[pos] = h_time[child], h_seq[child], h_slot[child], h_kind[child]
+        pos = child
+    h_time[pos], h_seq[pos], h_slot[pos], h_kind[pos] = t, seq, slot, kind
+    return size
+
+
+@njit(cache=True)
+def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, service: tuple, links: tuple,
+              slots: tuple, heap: tuple, counters: np.ndarray, sync: tuple, out: tuple, hops: tuple) -> None:
+    """Process every event before `t_end`; state lives in the arrays passed in and is updated.
+
+    peers = (stage, free_at, qlen, epoch) per peer; router = (prio, ema, order, banned, gamma);
+    service = (fwd, bwd, cv) with fwd/bwd[i, s] seconds; links = (out, back) seconds per peer;
+    slots = (pos, path, path_epoch, sent, mb_id); heap = (time, seq, slot, kind, size/seq box);
+    counters[0..3] = entered, finished, lost, next microbatch id; sync = (group, t_ar by stage
+    count function table t_ar[n]); out = (work per bin, busy[bin, stage], bin_seconds, step
+    times, step count box); hops = (t, slot, stage, peer, direction, seconds, mb, count box).
+    """
+    stage, free_at, qlen, epoch = peers
+    prio, ema, order, banned, gamma = router
+    fwd, bwd, cv = service
+    hop_out, hop_back = links
+    pos, path, path_epoch, sent, mb_id = slots
+    h_time, h_seq, h_slot, h_kind, box = heap
+    group, t_ar = sync
+    work, busy, bin_seconds, step_t, step_box = out
+    hop_t, hop_slot, hop_stage, hop_peer, hop_dir, hop_sec, hop_mb, hop_box = hops
+    n_bins = work.shape[0]
+    while box[0] > 0 and h_time[0] < t_end:
+        t, w, kind = h_time[0], h_slot[0], h_kind[0]
+        box[0] = _pop(h_time, h_seq, h_slot, h_kind, box[0])
+        b = min(int(t / bin_seconds), n_bins - 1)
+        forward = pos[w] < num_stages
+        s = pos[w] if forward else 2 * num_stages - 1 - pos[w]
+        p = path[w, s]
+        if kind == RETRY:
+            kind = -1  # fall through to issuing the hop below
+        elif kind == ARRIVE:
+            if epoch[p] != path_epoch[w, s]:
+                kind = -2
+            else:
+                qlen[p] += 1
+                seconds = fwd[p, s] if forward else bwd[p, s]
+                if cv > 0.0:
+                    seconds *= np.random.gamma(1.0 / (cv * cv), cv * cv)
+                start = max(t, free_at[p])
+                free_at[p] = start + seconds
+                busy[min(int(start / bin_seconds), n_bins - 1), s] += seconds
+                box[1] += 1
+                box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], start + seconds, w, FINISH)
+                continue
+        elif kind == FINISH:
+            if epoch[p] == path_epoch[w, s]:
+                qlen[p] -= 1
+            box[1] += 1
+            box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t + hop_back[p], w, RESPOND)
+            continue
+        elif kind == RESPOND:
+            if epoch[p] != path_epoch[w, s]:
+                kind = -2
+            else:
+                ema_fold(ema, p, t - sent[w], gamma)
+                k = hop_box[0]
+                if k < hop_t.shape[0]:
+                    hop_t[k], hop_slot[k], hop_stage[k], hop_peer[k] = t, w, s, p
+                    hop_dir[k], hop_sec[k], hop_mb[k] = 0 if forward else 1, t - sent[w], mb_id[w]
+                hop_box[0] = k + 1
+                pos[w] += 1
+                if pos[w] == 2 * num_stages:  # microbatch done: count it, maybe all-reduce, start the next
+                    counters[1] += 1
+                    work[b] += 1.0
+                    if group > 0 and counters[1] % group == 0:
+                        _all_reduce(t, stage, free_at, t_ar, num_stages)
+                        if step_box[0] < step_t.shape[0]:
+                            step_t[step_box[0]] = t
+                        step_box[0] += 1
+                    _new_microbatch(w, pos, counters, mb_id)
+        if kind == -2:  # the peer left or moved: this microbatch is lost and redone from stage 0
+            counters[2] += 1
+            _new_microbatch(w, pos, counters, mb_id)
+        _issue(t, w, num_stages, stage, prio, ema, order, banned, epoch, pos, path, path_epoch, sent,
+               hop_out, h_time, h_seq, h_slot, h_kind, box)
+
+
+@njit(cache=True)
+def _new_microbatch(w, pos, counters, mb_id):
+    counters[0] += 1
+    mb_id[w] = counters[3]
+    counters[3] += 1
+    pos[w] = 0
+
+
+@njit(cache=True)
+def _issue(t, w, num_stages, stage, prio, ema, order, banned, epoch, pos, path, path_epoch, sent, hop_out,
+           h_time, h_seq, h_slot, h_kind, box):
+    """Send slot w's microbatch on its next hop: IWRR forward, the remembered peer backward."""
+    forward = pos[w] < num_stages
+    s = pos[w] if forward else 2 * num_stages - 1 - pos[w]
+    if forward:
+        p = iwrr_pick(stage, prio, ema, order, banned, s)
+        if p < 0:  # no live peer on this stage: the pipeline is paused for this trainer
+            box[1] += 1
+            box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t + RETRY_SECONDS, w, RETRY)
+            return
+        path[w, s] = p
+        path_epoch[w, s] = epoch[p]
+    p = path[w, s]
+    sent[w] = t
+    box[1] += 1
+    box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t + hop_out[p], w, ARRIVE)
+
+
+@njit(cache=True)
+def _all_reduce(t, stage, free_at, t_ar, num_stages):
+    """Every stage averages gradients: its peers stop for the all-reduce time of its size."""
+    counts = np.zeros(num_stages, np.int64)
+    for i in range(stage.shape[0]):
+        if stage[i] >= 0:
+            counts[stage[i]] += 1
+    for i in range(stage.shape[0]):
+        s = stage[i]
+        if s >= 0:
+            free_at[i] = max(free_at[i], t) + t_ar[s, min(counts[s], t_ar.shape[1] - 1)]
+
+
+@njit(cache=True)
+def seed_noise(seed: int) -> None:
+    """Seed numba's generator, which draws the service-time noise inside `run_until`."""
+    np.random.seed(seed)

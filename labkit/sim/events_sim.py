@@ -1,0 +1,174 @@
+"""Fine granularity: every microbatch hop, with trainers, peer queues, churn and rebalancing.
+
+The numba loop `run_until` moves microbatches; between its calls this driver applies the trace
+(leavers drawn by `pick_leaver`, uniformly over stages as in SWARM App. I), joins (stage from
+`rebalance_join`, or uniform without rebalancing), Algorithm 2 every T seconds on the peers'
+real queue lengths (`rebalance_move`), and downloads that keep joiners and movers idle a while.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from labkit import events
+from labkit.kernels.eventsim import RETRY, run_until, seed_noise
+from labkit.kernels.fluid import balanced_stages, pick_leaver, pipeline_rate
+from labkit.kernels.iwrr import iwrr_entry
+from labkit.kernels.rebalance import rebalance_join, rebalance_move
+from labkit.sim.result import SimResult
+from labkit.sim.scenario import Scenario
+from labkit.sim.world import World, build_world
+
+
+class _Swarm:
+    """Mutable arrays of one event simulation plus the bookkeeping of membership changes."""
+
+    def __init__(self, s: Scenario, w: World, max_hops: int) -> None:
+        self.s, self.w, S, P, W = s, w, s.stages, len(w.names), s.trainers * s.window
+        self.stage, self.ready_at = w.stage0.copy(), np.full(P, np.inf)
+        self.ready_at[self.stage >= 0] = 0.0
+        self.free_at, self.qlen, self.epoch = np.zeros(P), np.zeros(P, np.int64), np.zeros(P, np.int64)
+        self.prio, self.ema, self.order = np.zeros(P), np.zeros(P), np.zeros(P, np.int64)
+        self.banned, self.counter = np.ones(P, np.bool_), 0
+        self.initial_ema = float(np.mean(w.fwd[self.stage >= 0] + 2 * w.hop_seconds[self.stage >= 0, None]))
+        for i in np.nonzero(self.stage >= 0)[0]:
+            self.announce(int(i))
+        self.slots = (np.zeros(W, np.int64), np.full((W, S), -1, np.int64), np.zeros((W, S), np.int64),
+                      np.zeros(W), np.arange(W, dtype=np.int64))
+        # every slot starts by issuing its first hop at t = 0; a sorted array is a valid heap
+        self.heap = (np.zeros(W), np.arange(W, dtype=np.int64), np.arange(W, dtype=np.int64),
+                     np.full(W, RETRY, np.int64), np.array([W, W], np.int64))
+        self.counters = np.array([W, 0, 0, W], np.int64)
+        n = np.arange(P + 2, dtype=float)
+        t_ar = np.where(n > 1, 2 * (n - 1) / np.maximum(n, 1) * w.ar_time[:, None] + 2 * w.ar_rtt, 0.0)
+        self.sync = (w.group, t_ar)
+        bins = math.ceil(s.duration / s.bin_seconds)
+        self.work, self.busy, self.optimal = np.zeros(bins), np.zeros((bins, S)), np.zeros(bins)
+        self.peer_seconds = np.zeros((bins, S))
+        self.out = (self.work, self.busy, s.bin_seconds, np.zeros(100_000), np.zeros(1, np.int64))
+        self.hops = (np.zeros(max_hops), np.zeros(max_hops, np.int64), np.zeros(max_hops, np.int64),
+                     np.zeros(max_hops, np.int64), np.zeros(max_hops, np.int64), np.zeros(max_hops),
+                     np.zeros(max_hops, np.int64), np.zeros(1, np.int64))
+        self.service = w.fwd + w.bwd
+
+    def announce(self, i: int) -> None:
+        """Peer i starts serving its stage: it enters the router as `Router.announce` does."""
+        s = int(self.stage[i])
+        self.prio[i], self.ema[i] = iwrr_entry(self.stage, self.prio, self.ema, self.banned, s, self.s.epsilon,
+                                               self.initial_ema)
+        self.counter += 1
+        self.order[i], self.banned[i] = self.counter, False
+
+    def leave(self, i: int, new_stage: int, t: float) -> None:
+        """Peer i stops serving: it left (new_stage -1) or downloads `new_stage`'s state."""
+        self.stage[i], self.banned[i], self.qlen[i] = new_stage, True, 0
+        self.epoch[i] += 1
+        self.ready_at[i] = np.inf if new_stage < 0 else t + self.w.move_seconds[new_stage]
+        self.free_at[i] = self.ready_at[i] if new_stage >= 0 else 0.0
+
+    def serving(self) -> np.ndarray:
+        return np.where(self.banned, -1, self.stage)
+
+    def rate_of_optimum(self) -> float:
+        s, w = self.s, self.w
+        balanced = balanced_stages(self.stage >= 0, self.service, s.stages)
+        return pipeline_rate(balanced, balanced >= 0, self.service, s.stages, s.trainers * s.window,
+                             w.hop_seconds, s.service_cv, w.group, w.ar_time, w.ar_rtt)[0]
+
+    def advance(self, t_end: float) -> None:
+        w, s = self.w, self.s
+        run_until(t_end, s.stages, (self.stage, self.free_at, self.qlen, self.epoch),
+                  (self.prio, self.ema, self.order, self.banned, s.gamma), (w.fwd, w.bwd, s.service_cv),
+                  (w.hop_seconds - w.hop_rtt / 2, w.hop_rtt / 2), self.slots, self.heap, self.counters, self.sync,
+                  self.out, self.hops)
+
+
+def run_events(s: Scenario, world: World | None = None, *, max_hops: int = 200_000,
+               progress: Callable[[float], None] | None = None) -> SimResult:
+    """Simulate `s` microbatch by microbatch; hop, peer, step and run events (hops capped).
+
+    `progress(t)` is called with the virtual time reached after each membership segment.
+    """
+    start = time.perf_counter()
+    w = world or build_world(s)
+    seed_noise(s.seed)
+    sw = _Swarm(s, w, max_hops)
+    out = [events.run(0.0, state="started", reason=f"event simulation of {s.name}")]
+    out += [events.peer(0.0, peer=w.names[i], stage=int(sw.stage[i]), state="joined", queue=0)
+            for i in np.nonzero(sw.stage >= 0)[0]]
+    period = s.rebalance_period or math.inf
+    next_tick, k, next_slot, t = period, 0, int((w.stage0 >= 0).sum()), 0.0
+    rank = np.arange(len(w.names), dtype=np.int64)
+    x_opt = sw.rate_of_optimum()
+    while t < s.duration:
+        pending = sw.ready_at[sw.banned & (sw.stage >= 0)]
+        t_next = min(s.duration, next_tick, w.ev_t[k] if k < len(w.ev_t) else math.inf, pending.min(initial=math.inf))
+        _spread(sw.optimal, x_opt, t, t_next, s.bin_seconds)
+        per_stage = np.bincount(sw.serving()[sw.serving() >= 0], minlength=s.stages)
+        for stage in range(s.stages):
+            _spread(sw.peer_seconds[:, stage], float(per_stage[stage]), t, t_next, s.bin_seconds)
+        sw.advance(t_next)
+        if progress is not None:
+            progress(t_next)
+        t = t_next
+        if t >= s.duration:
+            break
+        for i in np.nonzero(sw.banned & (sw.stage >= 0) & (sw.ready_at <= t))[0]:
+            sw.announce(int(i))
+            out.append(events.peer(t, peer=w.names[i], stage=int(sw.stage[i]), state="alive", queue=0))
+        while k < len(w.ev_t) and w.ev_t[k] <= t:
+            if w.ev_delta[k] < 0:
+                i = pick_leaver(sw.stage, w.ev_u[k], w.ev_v[k], s.stages)
+                if i >= 0:
+                    out.append(events.peer(t, peer=w.names[i], stage=int(sw.stage[i]), state="killed", queue=int(sw.qlen[i])))
+                    sw.leave(i, -1, t)
+            elif next_slot < len(w.names):
+                i, next_slot = next_slot, next_slot + 1
+                joined = (rebalance_join(sw.serving(), sw.qlen.astype(float), s.stages) if s.joins_by_policy
+                          else min(int(w.ev_u[k] * s.stages), s.stages - 1))
+                sw.leave(i, int(joined), t)
+                out.append(events.peer(t, peer=w.names[i], stage=int(joined), state="joined", queue=0))
+            k += 1
+        if next_tick <= t:
+            out += [events.peer(t, peer=w.names[i], stage=int(sw.stage[i]), state="alive", queue=int(sw.qlen[i]))
+                    for i in np.nonzero(sw.serving() >= 0)[0]]
+            i, source, target = rebalance_move(sw.serving(), sw.qlen.astype(float), rank, s.stages)
+            if i >= 0:
+                sw.leave(int(i), int(target), t)
+                out.append(events.peer(t, peer=w.names[i], stage=int(target), state="moved", queue=0))
+            next_tick += period
+        x_opt = sw.rate_of_optimum()
+    out += _hop_and_step_events(s, w, sw)
+    out.append(events.run(s.duration, state="finished"))
+    entered, finished, lost, _ = (int(c) for c in sw.counters)
+    counters = {"entered": entered, "finished": finished, "lost": lost, "in_flight": entered - finished - lost}
+    return SimResult(mode="events", bin_seconds=s.bin_seconds, samples_per_microbatch=s.microbatch, work=sw.work,
+                     optimal=sw.optimal, stage_busy=sw.busy, peer_seconds=sw.peer_seconds, events=out,
+                     counters=counters, wall_seconds=time.perf_counter() - start)
+
+
+def _spread(bins: np.ndarray, rate: float, a: float, b: float, width: float) -> None:
+    """Add rate x time over [a, b) into fixed-width bins."""
+    while a < b:
+        k = min(int(a / width), len(bins) - 1)
+        e = min(b, (k + 1) * width)
+        bins[k] += rate * (e - a)
+        a = e
+
+
+def _hop_and_step_events(s: Scenario, w: World, sw: _Swarm) -> list[events.Event]:
+    hop_t, hop_slot, hop_stage, hop_peer, hop_dir, hop_sec, hop_mb, hop_box = sw.hops
+    n = min(int(hop_box[0]), len(hop_t))
+    out = [events.hop(float(hop_t[j]), trainer=f"trainer-{hop_slot[j] // s.window}", stage=int(hop_stage[j]),
+                      peer=w.names[hop_peer[j]], direction=events.DIRECTIONS[hop_dir[j]],
+                      nbytes=int(w.activation_bytes), seconds=float(hop_sec[j]), microbatch=int(hop_mb[j]))
+           for j in range(n)]
+    step_t, step_box = sw.out[3], sw.out[4]
+    samples = w.group * s.microbatch
+    out += [events.step(float(step_t[j]), step=j + 1, loss=math.nan, samples=samples, tokens=samples * s.seq_len)
+            for j in range(min(int(step_box[0]), len(step_t)))]
+    return sorted(out, key=lambda e: e["t"])

@@ -1,0 +1,190 @@
+"""What to simulate: peers, devices, links, model, trainers, churn and the rebalancing period.
+
+Frozen keyword-only dataclasses; a bad value raises one `ConfigError` naming the field, the value
+and what is allowed. `Scenario.from_dict` reads the JSON scenario files of `labkit simulate`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, dataclass, fields
+from typing import Any
+
+from labkit.config import ConfigError
+from labkit.sim.hardware import DEVICES, MODELS, model_shape
+from labkit.sim.traces import ChurnModel, Trace, check_trace
+
+
+def _check(ok: bool, owner: str, name: str, value: object, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(owner, name, value, allowed)
+
+
+def _num(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PeerGroup:
+    """`count` peers of one device preset that start on `stage`, in network `region`."""
+
+    device: str  # one of hardware.DEVICES
+    count: int  # number of peers
+    stage: int  # initial stage
+    region: str = "default"  # network region (see Scenario.links)
+
+    def __post_init__(self) -> None:
+        o = "PeerGroup"
+        _check(self.device in DEVICES, o, "device", self.device, f"one of {sorted(DEVICES)}")
+        _check(_int(self.count) and self.count >= 1, o, "count", self.count, "an integer >= 1")
+        _check(_int(self.stage) and self.stage >= 0, o, "stage", self.stage, "an integer >= 0")
+        _check(isinstance(self.region, str) and self.region != "", o, "region", self.region, "a non-empty name")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Link:
+    """Round-trip time and bandwidth between regions `a` and `b` (either direction)."""
+
+    a: str
+    b: str
+    rtt_ms: float  # round-trip latency in milliseconds
+    bandwidth_mbps: float  # megabits per second
+
+    def __post_init__(self) -> None:
+        _check(_num(self.rtt_ms) and self.rtt_ms >= 0, "Link", "rtt_ms", self.rtt_ms, "a finite number of milliseconds >= 0")
+        _check(_num(self.bandwidth_mbps) and self.bandwidth_mbps > 0, "Link", "bandwidth_mbps", self.bandwidth_mbps,
+               "a finite number of Mb/s > 0")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Scenario:
+    """One simulated SWARM run.
+
+    >>> s = Scenario(peers=(PeerGroup(device="T4", count=2, stage=0), PeerGroup(device="T4", count=2, stage=1)), stages=2)
+    >>> s.initial_peers
+    4
+    """
+
+    name: str = "custom"  # label in reports
+    model: str = "small"  # a GPT-2 family size of labkit.config or a SWARM App. F stack: base, xxlarge, gpt3
+    stages: int = 4  # pipeline stages
+    peers: tuple[PeerGroup, ...] = ()  # who serves which stage at t = 0
+    join_device: str | None = None  # device of peers that join later; None = the first group's
+    trainers: int = 4  # trainers routing microbatches
+    window: int = 8  # microbatches each trainer keeps in flight
+    trainer_region: str = "default"  # where trainers sit in the network
+    microbatch: int = 4  # samples per microbatch
+    seq_len: int = 512  # tokens per sample
+    checkpointing: bool = False  # activation checkpointing: backward recomputes the forward
+    efficiency: float = 0.3  # fraction of the device's fp16 tensor peak actually reached
+    overhead_ms: float = 0.0  # fixed milliseconds per block and pass (kernel launches, framework)
+    rtt_ms: float = 50.0  # round-trip latency of any pair of regions not in `links`
+    bandwidth_mbps: float = 500.0  # bandwidth of any pair of regions not in `links`
+    links: tuple[Link, ...] = ()  # per region pair overrides
+    compression: float = 1.0  # activations and gradients are this many times smaller on the wire
+    service_cv: float = 0.2  # coefficient of variation of compute times (gamma distributed)
+    global_batch: int | None = None  # samples per optimizer step (all-reduce per stage); None = none
+    rebalance_period: float | None = None  # Algorithm 2 period T in seconds; None = no rebalancing
+    move_seconds: float | None = None  # downtime of a moving peer; None = stage state / bandwidth
+    directed_joins: bool = True  # with rebalancing, newcomers join the stage Algorithm 2 picks; else uniform
+    duration: float = 600.0  # simulated seconds
+    trace: Trace = ()  # (time, change in peers) events
+    churn: ChurnModel | None = None  # if set, the trace is generated from it (with `seed`)
+    gamma: float = 0.1  # router EMA smoothing
+    epsilon: float = 1e-6  # router entry priority above the stage minimum
+    bin_seconds: float = 60.0  # width of the throughput-over-time bins
+    seed: int = 0  # seeds the trace, the leaver draws and service noise
+
+    def __post_init__(self) -> None:
+        o = "Scenario"
+        _check(self.model in MODELS, o, "model", self.model, f"one of {list(MODELS)}")
+        _check(_int(self.stages) and 1 <= self.stages <= model_shape(self.model)[1], o, "stages", self.stages,
+               f"an integer in [1, {model_shape(self.model)[1]}] (the model's blocks)")
+        if isinstance(self.peers, list):
+            object.__setattr__(self, "peers", tuple(self.peers))
+        _check(isinstance(self.peers, tuple) and all(isinstance(g, PeerGroup) for g in self.peers), o, "peers",
+               self.peers, "a list of PeerGroup")
+        bad = [g.stage for g in self.peers if g.stage >= self.stages]
+        _check(not bad, o, "peers", bad[:1], f"stages in [0, {self.stages})")
+        empty = sorted(set(range(self.stages)) - {g.stage for g in self.peers})
+        _check(not empty, o, "peers", f"stage {empty[0] if empty else ''} with no peers",
+               f"at least one peer on every stage 0..{self.stages - 1}")
+        _check(self.join_device is None or self.join_device in DEVICES, o, "join_device", self.join_device,
+               f"None or one of {sorted(DEVICES)}")
+        for name in ("trainers", "window", "microbatch", "seq_len"):
+            value = getattr(self, name)
+            _check(_int(value) and value >= 1, o, name, value, "an integer >= 1")
+        _check(isinstance(self.checkpointing, bool), o, "checkpointing", self.checkpointing, "True or False")
+        _check(_num(self.efficiency) and 0 < self.efficiency <= 1, o, "efficiency", self.efficiency, "a number in (0, 1]")
+        for name in ("overhead_ms", "rtt_ms", "service_cv"):
+            value = getattr(self, name)
+            _check(_num(value) and value >= 0, o, name, value, "a finite number >= 0")
+        _check(_num(self.bandwidth_mbps) and self.bandwidth_mbps > 0, o, "bandwidth_mbps", self.bandwidth_mbps,
+               "a finite number of Mb/s > 0")
+        if isinstance(self.links, list):
+            object.__setattr__(self, "links", tuple(self.links))
+        _check(all(isinstance(k, Link) for k in self.links), o, "links", self.links, "a list of Link")
+        _check(_num(self.compression) and self.compression >= 1, o, "compression", self.compression, "a number >= 1")
+        _check(self.global_batch is None or (_int(self.global_batch) and self.global_batch >= self.microbatch), o,
+               "global_batch", self.global_batch, f"None or an integer >= microbatch={self.microbatch}")
+        for name in ("rebalance_period", "move_seconds"):
+            value = getattr(self, name)
+            low = 0 if name == "move_seconds" else 1e-9
+            _check(value is None or (_num(value) and value >= low), o, name, value,
+                   "None or a finite number of seconds " + (">= 0" if low == 0 else "> 0"))
+        _check(isinstance(self.directed_joins, bool), o, "directed_joins", self.directed_joins, "True or False")
+        for name in ("duration", "bin_seconds"):
+            value = getattr(self, name)
+            _check(_num(value) and value > 0, o, name, value, "a finite number of seconds > 0")
+        object.__setattr__(self, "trace", check_trace(self.trace))
+        _check(self.churn is None or isinstance(self.churn, ChurnModel), o, "churn", self.churn, "None or a ChurnModel")
+        _check(self.churn is None or not self.trace, o, "trace", self.trace, "empty when churn generates the trace")
+        _check(_num(self.gamma) and 0 < self.gamma <= 1, o, "gamma", self.gamma, "a number in (0, 1]")
+        _check(_num(self.epsilon) and self.epsilon >= 0, o, "epsilon", self.epsilon, "a finite number >= 0")
+        _check(_int(self.seed) and self.seed >= 0, o, "seed", self.seed, "an integer >= 0")
+
+    @property
+    def initial_peers(self) -> int:
+        return sum(g.count for g in self.peers)
+
+    @property
+    def joins_by_policy(self) -> bool:
+        """Whether newcomers take `rebalance_join`'s stage (rebalancing on and directed joins)."""
+        return self.rebalance_period is not None and self.directed_joins
+
+    def events_trace(self) -> Trace:
+        """The membership trace: the churn model's (seeded) if set, else `trace`."""
+        return self.churn.trace(self.initial_peers, self.seed) if self.churn else self.trace
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Scenario:
+        """A scenario from JSON-like data (peers, links and churn as nested dicts)."""
+        data = dict(data)
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError("Scenario", unknown[0], data[unknown[0]], f"unknown field; fields are {sorted(names)}")
+        nested = {"peers": PeerGroup, "links": Link}
+        for key, kind in nested.items():
+            if key in data:
+                _check(isinstance(data[key], list) and all(isinstance(x, dict) for x in data[key]), "Scenario", key,
+                       data[key], f"a list of {kind.__name__} objects")
+                data[key] = tuple(_build(kind, x) for x in data[key])
+        if isinstance(data.get("churn"), dict):
+            data["churn"] = _build(ChurnModel, data["churn"])
+        return cls(**data)
+
+
+def _build(kind: type, data: dict[str, Any]) -> Any:
+    names = {f.name for f in fields(kind)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(kind.__name__, unknown[0], data[unknown[0]], f"unknown field; fields are {sorted(names)}")
+    required = [f.name for f in fields(kind) if f.default is MISSING]
+    missing = [n for n in required if n not in data]
+    _check(not missing, kind.__name__, missing[0] if missing else "", None, "a value: the field is required")
+    return kind(**data)

@@ -1,0 +1,86 @@
+"""A `Scenario` compiled to the arrays both simulators run on: service times, links, trace draws.
+
+Hop model: a trainer sends a microbatch's boundary activations (or, backward, their gradients)
+to a peer and gets the answer back: one round trip plus one payload over the trainer-peer link,
+so each stage boundary is crossed once per direction as in a pipeline. Compute: FLOPs of the
+stage over the device's `efficiency` x fp16 tensor peak, plus `overhead_ms` per block and pass.
+All-reduces and state downloads use the scenario's default link (rtt_ms, bandwidth_mbps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from labkit.sim.hardware import DEVICES, stage_costs
+from labkit.sim.scenario import Scenario
+
+ADAM_STATE_BYTES = 12.0  # fp32 parameters + two Adam moments: what a migrating peer downloads
+GRAD_BYTES = 2.0  # fp16 gradients in the all-reduce
+
+
+@dataclass(frozen=True)
+class World:
+    """Numeric form of a scenario. Slot i is a peer; slots past the initial peers join later."""
+
+    names: list[str]  # peer name per slot
+    devices: list[str]  # device preset per slot
+    stage0: np.ndarray  # (P,) initial stage, -1 for slots that join later
+    fwd: np.ndarray  # (P, S) forward seconds per microbatch of peer i at stage s
+    bwd: np.ndarray  # (P, S) backward seconds
+    hop_rtt: np.ndarray  # (P,) round trip between the trainers' region and the peer's
+    hop_bytes_s: np.ndarray  # (P,) bandwidth of that link, bytes per second
+    activation_bytes: float  # payload of one hop
+    ev_t: np.ndarray  # unit membership events: time
+    ev_delta: np.ndarray  # +1 join, -1 leave
+    ev_u: np.ndarray  # uniform draw choosing the stage
+    ev_v: np.ndarray  # uniform draw choosing the peer within the stage
+    ar_time: np.ndarray  # (S,) seconds to send one copy of the stage's gradients
+    ar_rtt: float  # round trip used by the all-reduce
+    move_seconds: np.ndarray  # (S,) download time of a stage's state
+    group: int  # microbatches per global batch, 0 = no all-reduce
+
+    @property
+    def hop_seconds(self) -> np.ndarray:
+        """(P,) network seconds of one hop to each peer, without queueing."""
+        return self.hop_rtt + self.activation_bytes / self.hop_bytes_s
+
+
+def _link(s: Scenario, a: str, b: str) -> tuple[float, float]:
+    """(rtt seconds, bytes per second) between regions a and b."""
+    for k in s.links:
+        if {k.a, k.b} == {a, b}:
+            return k.rtt_ms / 1e3, k.bandwidth_mbps * 1e6 / 8.0
+    return s.rtt_ms / 1e3, s.bandwidth_mbps * 1e6 / 8.0
+
+
+def build_world(s: Scenario) -> World:
+    """Compile a scenario: initial peers in group order, then one slot per join of the trace."""
+    costs = stage_costs(model=s.model, stages=s.stages, microbatch=s.microbatch, seq_len=s.seq_len,
+                        checkpointing=s.checkpointing, compression=s.compression)
+    trace = s.events_trace()
+    joins = sum(d for _, d in trace if d > 0)
+    join_group = next((g for g in s.peers if g.device == s.join_device), s.peers[0])
+    groups = [(g.device, g.region, g.stage) for g in s.peers for _ in range(g.count)]
+    groups += [(s.join_device or join_group.device, join_group.region, -1)] * joins
+    devices = [d for d, _, _ in groups]
+    rate = np.array([DEVICES[d][0] * 1e12 * s.efficiency for d in devices])  # FLOP/s achieved
+    overhead = np.array(costs.blocks) * s.overhead_ms / 1e3
+    fwd = np.array(costs.fwd_flops)[None, :] / rate[:, None] + overhead[None, :]
+    bwd = np.array(costs.bwd_flops)[None, :] / rate[:, None] + overhead[None, :]
+    links = [_link(s, s.trainer_region, r) for _, r, _ in groups]
+    rtt0, bw0 = s.rtt_ms / 1e3, s.bandwidth_mbps * 1e6 / 8.0
+    rng = np.random.default_rng([s.seed, 1])
+    unit = [(t, 1 if d > 0 else -1) for t, d in trace for _ in range(abs(d))]
+    params = np.array(costs.stage_params, dtype=float)
+    move = params * ADAM_STATE_BYTES / bw0 if s.move_seconds is None else np.full(s.stages, float(s.move_seconds))
+    return World(
+        names=[f"peer-{i:05d}" for i in range(len(groups))], devices=devices,
+        stage0=np.array([st for _, _, st in groups], np.int64), fwd=fwd, bwd=bwd,
+        hop_rtt=np.array([r for r, _ in links]), hop_bytes_s=np.array([b for _, b in links]),
+        activation_bytes=costs.activation_bytes,
+        ev_t=np.array([t for t, _ in unit], float), ev_delta=np.array([d for _, d in unit], np.int64),
+        ev_u=rng.random(len(unit)), ev_v=rng.random(len(unit)),
+        ar_time=params * GRAD_BYTES / s.compression / bw0, ar_rtt=rtt0, move_seconds=move,
+        group=0 if s.global_batch is None else -(-s.global_batch // s.microbatch))

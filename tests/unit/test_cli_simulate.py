@@ -1,0 +1,45 @@
+"""`labkit simulate`: outputs from a preset, one-line errors for bad input."""
+
+import json
+
+import pytest
+
+from labkit.cli.main import main
+
+
+def test_preset_writes_events_summary_and_report(tmp_path, capsys):
+    assert main(["simulate", "--preset", "small-swarm", "--duration", "150", "--out", str(tmp_path)]) == 0
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    kinds = {e["type"] for e in events}
+    assert {"run", "peer", "hop", "step"} <= kinds
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["samples_per_s"] > 0 and summary["counters"]["finished"] > 0
+    assert "vegaEmbed" in (tmp_path / "report.html").read_text()
+    assert "samples/s" in capsys.readouterr().out
+
+
+def test_fluid_mode_from_a_scenario_file(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"stages": 2, "model": "small", "duration": 3600, "rebalance_period": 60,
+                                "peers": [{"device": "A100", "count": 2, "stage": 0}, {"device": "A100", "count": 2, "stage": 1}],
+                                "churn": {"hours": 1, "join_per_hour": 4, "leave_per_peer_hour": 1}}))
+    assert main(["simulate", str(path), "--mode", "fluid", "--out", str(tmp_path / "o")]) == 0
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["mode"] == "fluid"
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--preset", "nope"],
+    ["simulate", "--preset", "small-swarm", "--mode", "slow"],
+    ["simulate", "--preset", "small-swarm", "--duration", "-1"],
+    ["simulate"],
+    ["simulate", "BAD"],
+])
+def test_bad_flags_and_files_give_one_line_errors(tmp_path, capsys, argv):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"stages": 1, "peers": [{"device": "T4", "count": 1, "stage": 0}], "rtt_ms": "fast"}))
+    argv = [str(bad) if a == "BAD" else a for a in argv]
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2
+    message = capsys.readouterr().err.strip()
+    assert message.startswith("labkit simulate: error:") and "\n" not in message

@@ -1,0 +1,71 @@
+"""Router semantics (SWARM Algorithm 1) and the rebalancing policy's public functions."""
+
+import heapq
+
+from labkit.swarm.rebalance import Move, choose_move, join_stage
+from labkit.swarm.routing import Router
+
+
+def _virtual_clock_shares(speeds: dict[str, float], hops: int) -> dict[str, int]:
+    """Route `hops` microbatches with one in flight per peer; a peer answers in 1/speed seconds."""
+    router = Router(gamma=0.3)
+    for name in speeds:
+        router.announce(name, stage=0)
+    counts = dict.fromkeys(speeds, 0)
+    clock = [(0.0, i) for i in range(len(speeds))]  # free trainers: (time, id)
+    for _ in range(hops):
+        now, trainer = heapq.heappop(clock)
+        peer = router.choose(0)
+        seconds = 1.0 / speeds[peer]
+        router.report(peer, seconds)
+        counts[peer] += 1
+        heapq.heappush(clock, (now + seconds, trainer))
+    return counts
+
+
+def test_iwrr_shares_converge_to_speeds_1_2_4():
+    counts = _virtual_clock_shares({"slow": 1.0, "mid": 2.0, "fast": 4.0}, hops=7000)
+    total = sum(counts.values())
+    for name, share in (("slow", 1 / 7), ("mid", 2 / 7), ("fast", 4 / 7)):
+        assert abs(counts[name] / total - share) < 0.01, counts
+
+
+def test_banned_peer_gets_nothing_until_reannounced():
+    router = Router()
+    for name in "abc":
+        router.announce(name, stage=1)
+    router.ban("b")
+    assert "b" not in {router.choose(1) for _ in range(50)}
+    assert router.peers(1, include_banned=False) == ["a", "c"]
+    router.announce("b", stage=1)  # re-enters at the stage's smallest priority + epsilon
+    assert router.record("b").priority == min(router.record(p).priority for p in "ac") + router.epsilon
+    assert "b" in {router.choose(1) for _ in range(3)}
+
+
+def test_newcomer_gets_stage_mean_ema_and_floor_priority():
+    router = Router(epsilon=0.5)
+    router.announce("a", stage=0)
+    router.announce("b", stage=0)
+    router.report("a", 3.0)  # ema a = 0.1*3 + 0.9*1 = 1.2
+    router.choose(0)
+    router.announce("c", stage=0)
+    record = router.record("c")
+    assert abs(record.ema - (1.2 + 1.0) / 2) < 1e-12
+    assert record.priority == 1.5  # a: 0.5 then charged 1.2; b: 0.5 + 0.5 = 1.0 -> floor 1.0 + epsilon
+    assert router.choose(1) is None
+
+
+def test_removed_peer_slot_is_reused_without_leaking_state():
+    router = Router()
+    router.announce("a", stage=0)
+    router.remove("a")
+    router.announce("b", stage=2)
+    assert router.peers() == ["b"] and router.choose(0) is None and router.choose(2) == "b"
+
+
+def test_choose_move_and_join_stage():
+    queues = {"p1": (0, 1.0), "p0": (0, 1.0), "q": (1, 9.0), "r": (2, 4.0)}
+    assert choose_move(queues, 3) == Move(peer="p0", source=0, target=1)
+    assert join_stage(queues, 3) == 1
+    assert join_stage({"a": (0, 0.0)}, 2) == 1
+    assert choose_move({"a": (0, 0.0), "b": (1, 5.0)}, 2) is None  # would empty stage 0
