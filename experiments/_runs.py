@@ -19,3 +19,12 @@ def run_all(configs: dict[str, RunConfig]) -> dict[str, dict[str, Any]]:
             raise RuntimeError(f"{name}: {summary}")
         results[name] = summary
     return results
+
+
+def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """Print a markdown table under a one-line title."""
+    print(title)
+    print("| " + " | ".join(columns) + " |")
+    print("|" + " --- |" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")

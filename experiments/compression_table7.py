@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from _runs import run_all
+from _runs import print_table, run_all
 
 from labkit.config import CompressionConfig, DataConfig, ModelConfig, RunConfig
 
@@ -31,11 +31,11 @@ def main() -> None:
     }
     results = run_all({name: base.replace(compression=c) for name, c in rows.items()})
     ref = results["none (fp32)"]["pipeline_bytes_total"]
-    print(f"| method | val loss (nats/byte) | val ppl (per byte) | pipeline MB | vs none |  ({args.size}, {args.steps} steps)")
-    print("| --- | --- | --- | --- | --- |")
-    for name, s in results.items():
-        print(f"| {name} | {s['val_loss_after']:.4f} | {math.exp(s['val_loss_after']):.3f} | "
-              f"{s['pipeline_bytes_total'] / 1e6:.1f} | {s['pipeline_bytes_total'] / ref:.3f} |")
+    print_table(f"{args.size}, {args.steps} steps, 2 stages x 1 peer",
+                ["method", "val loss (nats/byte)", "val ppl (per byte)", "pipeline MB", "vs none"],
+                [[name, f"{s['val_loss_after']:.4f}", f"{math.exp(s['val_loss_after']):.3f}",
+                  f"{s['pipeline_bytes_total'] / 1e6:.1f}", f"{s['pipeline_bytes_total'] / ref:.3f}"]
+                 for name, s in results.items()])
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from _runs import run_all
+from _runs import print_table, run_all
 
 from labkit.config import DataConfig, ModelConfig, RunConfig, SyncConfig
 
@@ -27,11 +27,11 @@ def main() -> None:
         configs[f"DiLoCo H={h}"] = base.replace(sync=SyncConfig(mode="diloco", inner_steps=h))
     results = run_all(configs)
     ref = results["SWARM all-reduce"]["dp_bytes_total"]
-    print(f"| sync | val loss (nats/byte) | DP MB | DP vs all-reduce | pipeline MB |  ({args.size}, {args.steps} steps)")
-    print("| --- | --- | --- | --- | --- |")
-    for name, s in results.items():
-        print(f"| {name} | {s['val_loss_after']:.4f} | {s['dp_bytes_total'] / 1e6:.1f} | "
-              f"{s['dp_bytes_total'] / ref:.3f} | {s['pipeline_bytes_total'] / 1e6:.1f} |")
+    print_table(f"{args.size}, {args.steps} steps, 2 stages x 2 peers",
+                ["sync", "val loss (nats/byte)", "DP MB", "DP vs all-reduce", "pipeline MB"],
+                [[name, f"{s['val_loss_after']:.4f}", f"{s['dp_bytes_total'] / 1e6:.1f}",
+                  f"{s['dp_bytes_total'] / ref:.3f}", f"{s['pipeline_bytes_total'] / 1e6:.1f}"]
+                 for name, s in results.items()])
 
 
 if __name__ == "__main__":

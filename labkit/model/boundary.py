@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from labkit.config import ConfigError
+from labkit.model.init import init_weights
 
 KINDS = ("bottleneck", "maxout")
-INIT_STD = 0.02  # GPT-2's std for the matrices, as in labkit.model.gpt.init_weights
 
 
 def _check(d_model: int, factor: int, kind: str) -> int:
@@ -74,17 +74,6 @@ def boundary_prefix(s: int, side: str) -> str:
     return f"boundaries.{s}.{side}"
 
 
-def init_boundary_weights(module: nn.Module, generator: torch.Generator) -> None:
-    """LayerNorm weights 1 and biases 0, matrices normal(0, 0.02), visited by sorted name."""
-    for name, p in sorted(module.named_parameters()):
-        with torch.no_grad():
-            if p.dim() == 1:
-                is_norm_weight = name.endswith(".weight") and name.split(".")[-2].startswith("ln")
-                p.fill_(1.0 if is_norm_weight else 0.0)
-            else:
-                p.copy_(torch.randn(p.shape, generator=generator, dtype=torch.float64).to(p.dtype) * INIT_STD)
-
-
 def init_boundary_state(d_model: int, factor: int, kind: str, stages: int, seed: int,
                         dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """Fresh parameters of all `stages - 1` boundaries under their global names.
@@ -95,7 +84,7 @@ def init_boundary_state(d_model: int, factor: int, kind: str, stages: int, seed:
     for s in range(stages - 1):
         pair = nn.ModuleDict({"send": BoundarySend(d_model, factor, kind),
                               "recv": BoundaryRecv(d_model, factor, kind)}).to(dtype)
-        init_boundary_weights(pair, torch.Generator().manual_seed(seed * 1_000_003 + s))
+        init_weights(pair, 1, torch.Generator().manual_seed(seed * 1_000_003 + s))  # no residual projection: std 0.02
         state.update({f"boundaries.{s}.{k}": v.detach().clone() for k, v in pair.state_dict().items()})
     return state
 

@@ -9,8 +9,6 @@ the full model's and re-cutting is a matter of re-slicing.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -138,17 +136,3 @@ class Stage(nn.Module):
             if side == "send":
                 x = half(x)  # (B, T, d) -> (B, T, d/f)
         return x
-
-
-def init_weights(module: nn.Module, n_layer: int, generator: torch.Generator) -> None:
-    """GPT-2 initialisation: normal(0, 0.02) matrices, residual projections scaled by 1/sqrt(2L),
-    LayerNorm weights 1, biases 0. Parameters are visited by sorted name, so the values depend on
-    the seed alone, never on how the model is cut."""
-    for name, p in sorted(module.named_parameters()):
-        with torch.no_grad():
-            if p.dim() == 1:
-                is_norm_weight = name.endswith(".weight") and name.split(".")[-2].startswith("ln")
-                p.fill_(1.0 if is_norm_weight else 0.0)
-            else:
-                std = 0.02 / math.sqrt(2 * n_layer) if name.endswith(("proj.weight", "out.weight")) else 0.02
-                p.copy_(torch.randn(p.shape, generator=generator, dtype=torch.float64).to(p.dtype) * std)

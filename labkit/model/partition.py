@@ -13,7 +13,8 @@ import torch
 
 from labkit.config import CompressionConfig, ConfigError, ModelConfig, even_split
 from labkit.model.boundary import init_boundary_state
-from labkit.model.gpt import Stage, init_weights
+from labkit.model.gpt import Stage
+from labkit.model.init import init_weights
 
 State = dict[str, torch.Tensor]
 
