@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -58,7 +58,7 @@ class StagePeer:
             item = self._requests.get()
             if item is None or not self._alive:
                 if item is not None:
-                    item[2].set_exception(PeerDied(self.name))
+                    self._fail(item[2])
                 break
             fn, args, future = item
             if not future.set_running_or_notify_cancel():
@@ -73,7 +73,7 @@ class StagePeer:
                 if self._alive:
                     future.set_result(result)
                 else:
-                    future.set_exception(PeerDied(self.name))
+                    self._fail(future)
         self._fail_queued()
 
     def _fail_queued(self) -> None:
@@ -83,7 +83,14 @@ class StagePeer:
             except queue.Empty:
                 return
             if item is not None:
-                item[2].set_exception(PeerDied(self.name))
+                self._fail(item[2])
+
+    def _fail(self, future: Future) -> None:
+        """Answer a request the dead peer will never serve (unless its trainer gave up on it)."""
+        try:
+            future.set_exception(PeerDied(self.name))
+        except InvalidStateError:
+            pass  # cancelled by a trainer that timed out
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         """Queue `fn(*args)` to run on this peer's worker thread."""

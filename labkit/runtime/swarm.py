@@ -154,8 +154,11 @@ class InProcessSwarm:
     def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
         """A trainer gave up on a peer. If the request may have accumulated a gradient the ledger
         never credited, the peer is evicted (a straggler) so that no sample is counted twice."""
-        self.emit(events.peer(self.clock(), peer=name, stage=-1, state="banned", queue=0))
-        if may_have_accumulated and self.peer(name) is not None:
+        peer = self.peer(name)
+        if peer is None:
+            return
+        self.emit(events.peer(self.clock(), peer=name, stage=peer.stage, state="banned", queue=peer.queue_length))
+        if may_have_accumulated:
             self.kill_peer(name, reason="timeout during backward")
 
     def stage_empty(self, stage: int) -> None:

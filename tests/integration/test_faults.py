@@ -97,3 +97,17 @@ def test_add_peer_copies_its_neighbours_state(small_run: RunConfig) -> None:
     for key, tensor in old_state["params"].items():  # identical steps since the join: bit for bit
         assert torch.equal(tensor, new_state["params"][key]), key
     assert torch.equal(old_state["optimizer"]["state"][0]["exp_avg"], new_state["optimizer"]["state"][0]["exp_avg"])
+
+
+def test_timed_out_straggler_is_evicted_and_nothing_counts_twice(small_run: RunConfig) -> None:
+    cfg = small_run.replace(stages=2, peers=2, steps=10, peer_timeout=0.3)
+    run = labkit.launch(cfg)
+    _wait_for_step(run, 2)
+    run.set_peer_delay("s1p0", 0.5)  # slower than the timeout: every request to it times out
+    summary = run.wait(180)
+    assert summary["status"] == "finished", summary
+    states = [(e["peer"], e["state"]) for e in run.events.history("peer") if e["state"] in ("banned", "killed")]
+    assert ("s1p0", "banned") in states and ("s1p0", "killed") in states
+    killed = [e for e in run.events.history("peer") if e["state"] == "killed"][0]
+    assert killed["reason"] == "timeout during backward"
+    assert all(s["stage_samples"] == [cfg.global_batch] * 2 for s in run.events.history("step"))
