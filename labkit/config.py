@@ -195,6 +195,7 @@ class RunConfig:
     weight_decay: float = 0.01  # decoupled weight decay
     gamma: float = 0.1  # EMA smoothing of peer response times in the router
     peer_timeout: float = 30.0  # seconds a trainer waits for a peer before banning it
+    rebalance_period: float = 0.0  # seconds between Algorithm 2 rounds (the paper: 300); 0 = off
     delayed_updates: bool = False  # delayed parameter updates: step k's update overlaps batch k+1
     activation_checkpointing: bool = False  # peers keep only stage inputs, recompute in backward
     eval_every: int = 50  # steps between validation-loss evaluations (0 = only first and last)
@@ -239,6 +240,8 @@ class RunConfig:
         if self.compression.boundary != "none":
             _check(self.model.d_model % self.compression.factor == 0, o, "compression", self.compression,
                    f"a boundary factor dividing the model's d_model={self.model.d_model}")
+        _check(_is_number(self.rebalance_period) and self.rebalance_period >= 0, o, "rebalance_period", self.rebalance_period,
+               "a finite number of seconds >= 0 (0 turns rebalancing off)")
         _check(isinstance(self.delayed_updates, bool), o, "delayed_updates", self.delayed_updates, "True or False")
         _check(not (self.delayed_updates and self.sync.mode == "diloco"), o, "delayed_updates", self.delayed_updates,
                "False when sync.mode is 'diloco' (DiLoCo already takes its updates locally)")

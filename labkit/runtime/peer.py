@@ -255,7 +255,8 @@ class StagePeer:
         "params" are the newest parameters; with delayed updates "compute" holds the ones the
         current batch runs on (one update behind)."""
         params = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
-        state = {"params": params, "optimizer": _clone(self.optimizer.state_dict())}
+        state = {"params": params, "optimizer": _clone(self.optimizer.state_dict()),
+                 "param_names": [n for n, _ in self.module.named_parameters()]}
         if self.shadow is not None:
             if self._pending is not None:
                 self._pending.result()

@@ -81,7 +81,7 @@ class Run:
             pending, self._checkpoints = self._checkpoints, []
         for path, future in pending:
             try:
-                future.set_result(save_checkpoint(path, self.config, step, self._swarm.snapshots))
+                future.set_result(save_checkpoint(path, self._swarm.cfg, step, self._swarm.snapshots))
             except Exception as exc:
                 future.set_exception(exc)
 
@@ -113,7 +113,7 @@ class Run:
         if swarm.error is not None:
             self._summary["error"] = f"{type(swarm.error).__name__}: {swarm.error}"
         if self.run_dir:
-            self._summary["checkpoint"] = str(save_checkpoint(self.run_dir / "checkpoint.pt", self.config, swarm.ledger.step, swarm.snapshots))
+            self._summary["checkpoint"] = str(save_checkpoint(self.run_dir / "checkpoint.pt", swarm.cfg, swarm.ledger.step, swarm.snapshots))
             (self.run_dir / "summary.json").write_text(json.dumps(self._summary, indent=2))
         self.events.emit(events.run(swarm.clock(), state=status if status != "failed" else "failed", reason=self._summary.get("error", "")))
 
@@ -146,6 +146,18 @@ class Run:
     def add_peer(self, stage: int | None = None) -> str:
         """Start a peer on `stage` (None: the stage the rebalancing rule picks); returns its name."""
         return self._swarm_or_raise().add_peer(stage)
+
+    def move_peer(self, peer: str, stage: int) -> str:
+        """Move a peer to `stage` (it downloads that stage's state); returns its new name."""
+        return self._swarm_or_raise().move_peer(peer, stage)
+
+    def rebalance(self) -> str | None:
+        """Run one round of Algorithm 2 now; returns the moved peer's new name, or None."""
+        return self._swarm_or_raise().rebalance()
+
+    def set_layer_split(self, split: list[int] | tuple[int, ...]) -> None:
+        """Move blocks between stages at the next step boundary, with their optimizer state."""
+        self._swarm_or_raise().set_layer_split(tuple(split))
 
     def set_peer_delay(self, peer: str, seconds: float) -> None:
         """Slow a peer down by `seconds` per request (to watch the router shift traffic away)."""

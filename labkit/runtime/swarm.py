@@ -23,10 +23,11 @@ from labkit.model import Stage, boundary_spec, build_stage, init_run_state, stag
 from labkit.runtime.eventlog import EventLog
 from labkit.runtime.evaluate import Evaluator
 from labkit.runtime.peer import StagePeer
+from labkit.runtime.resize import recut_states
 from labkit.runtime.trainer import Trainer
 from labkit.wire import get_codec
 from labkit.swarm.ledger import StepLedger, Task
-from labkit.swarm.rebalance import join_stage
+from labkit.swarm.rebalance import choose_move, join_stage
 from labkit.swarm.sync import SyncSchedule, sample_weights
 
 
@@ -42,7 +43,9 @@ class InProcessSwarm:
         corpus = load_corpus(cfg.data)
         self.corpus_description = corpus.describe()
         self.sampler = WindowSampler(corpus.train, cfg.model.seq_len, cfg.seed)
+        self._val = corpus.val
         self.evaluator = Evaluator(cfg, corpus.val, self.bounds)
+        self._new_split: tuple[int, ...] | None = None
         self.loss_scale = 1.0 / (cfg.model.seq_len * cfg.global_batch)
         self.codec = cfg.compression.codec  # wire codec of activations and their gradients; switchable
         get_codec(self.codec)  # an unavailable codec fails here, with its name, before any peer starts
@@ -59,6 +62,7 @@ class InProcessSwarm:
         self._stopping = False
         self._syncing = False
         self.finished = threading.Event()
+        self._stopped = threading.Event()
         self.last_loss: float | None = None
         self.error: Exception | None = None
         self.step_hooks: list[Callable[[int], None]] = []  # called after each step, lock held
@@ -89,6 +93,8 @@ class InProcessSwarm:
         self.evaluate()
         for trainer in self.trainers:
             trainer.thread.start()
+        if self.cfg.rebalance_period:
+            threading.Thread(target=self._rebalance_loop, name="rebalancer", daemon=True).start()
 
     # -- the registry (what trainers route over) ----------------------------------------------
     def registry(self) -> dict[str, tuple[int, int]]:
@@ -141,15 +147,47 @@ class InProcessSwarm:
     def kill_peer(self, name: str, reason: str = "killed") -> None:
         """Crash a peer: its queue, stashed activations and accumulated gradients are gone."""
         with self._lock:
-            peer = self._peers.pop(name, None)
+            peer, lost = self._remove(name)
+            self.emit(events.peer(self.clock(), peer=name, stage=peer.stage, state="killed", queue=0) | {"reason": reason, "lost_samples": lost})
+
+    def move_peer(self, name: str, stage: int) -> str:
+        """Move a peer to another stage (Algorithm 2's move, or on demand): it stops serving its
+        stage, whose un-synced gradients it held are recomputed elsewhere, and starts serving `stage`
+        with that stage's state from a neighbour, under a new name (which is returned)."""
+        with self._lock:
+            peer = self._peers.get(name)
             if peer is None:
                 raise KeyError(f"no live peer named {name!r}; live peers: {sorted(self._peers)}")
-            del self._epochs[name]
-            peer.kill()
-            lost = self.ledger.peer_lost(name)
-            self._version += 1
-            self.emit(events.peer(self.clock(), peer=name, stage=peer.stage, state="killed", queue=0) | {"reason": reason, "lost_samples": lost})
-            self._cond.notify_all()
+            if not (isinstance(stage, int) and 0 <= stage < self.num_stages) or stage == peer.stage:
+                raise ValueError(f"stage={stage!r} is not allowed: another stage in [0, {self.num_stages - 1}]")
+            if len(self.live(peer.stage)) < 2:
+                raise ValueError(f"moving {name} would leave stage {peer.stage} without peers")
+            _, lost = self._remove(name)
+            new = self.add_peer(stage)
+            self.emit(events.peer(self.clock(), peer=name, stage=peer.stage, state="moved", queue=0) | {"to": new, "to_stage": stage, "lost_samples": lost})
+            return new
+
+    def _remove(self, name: str) -> tuple[StagePeer, int]:
+        """Take a peer out of the swarm; its credited samples go back to the ledger."""
+        peer = self._peers.pop(name, None)
+        if peer is None:
+            raise KeyError(f"no live peer named {name!r}; live peers: {sorted(self._peers)}")
+        del self._epochs[name]
+        peer.kill()
+        lost = self.ledger.peer_lost(name)
+        self._version += 1
+        self._cond.notify_all()
+        return peer, lost
+
+    def rebalance(self) -> str | None:
+        """One round of Algorithm 2 over the live peers' queue lengths; the new name if a peer moved."""
+        with self._lock:
+            move = choose_move({p.name: (p.stage, p.queue_length) for p in self._peers.values()}, self.num_stages)
+            return None if move is None else self.move_peer(move.peer, move.target)
+
+    def _rebalance_loop(self) -> None:
+        while not self._stopped.wait(self.cfg.rebalance_period):
+            self.rebalance()
 
     def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
         """A trainer gave up on a peer. If the request may have accumulated a gradient the ledger
@@ -171,6 +209,7 @@ class InProcessSwarm:
     def stop(self) -> None:
         with self._lock:
             self._stopping = True
+            self._stopped.set()
             self._cond.notify_all()
 
     @property
@@ -228,6 +267,8 @@ class InProcessSwarm:
             for p in peers:
                 p.submit(p.drop_stash)
             self.snapshots[stage] = peers[0].submit(peers[0].state).result()
+        if self._new_split is not None:
+            self._apply_split(self._new_split)
         self.last_loss = self.ledger.loss()
         self.ledger.advance()
         now = self.clock()
@@ -248,6 +289,7 @@ class InProcessSwarm:
                 self._syncing = False
         if done:
             self._stopping = True
+            self._stopped.set()
             self.finished.set()
         self._cond.notify_all()
 
@@ -287,6 +329,30 @@ class InProcessSwarm:
     def _wait(futures: list) -> None:
         for f in futures:
             f.result()
+
+    def set_layer_split(self, split: tuple[int, ...]) -> None:
+        """Re-cut the model into `split` blocks per stage at the next step boundary."""
+        cfg = self.cfg.replace(layer_split=tuple(split))  # validates: ConfigError names the field
+        if cfg.sync.mode != "allreduce" or cfg.delayed_updates or cfg.model.share_layers:
+            raise ValueError("set_layer_split is not allowed with DiLoCo, delayed updates or shared layers: "
+                             "it needs one optimizer state per parameter, identical on every peer")
+        with self._lock:
+            self._new_split = cfg.layer_split
+            self.emit(events.setting(self.clock(), name="layer_split", value=list(cfg.layer_split)))
+
+    def _apply_split(self, split: tuple[int, ...]) -> None:
+        """Boundary work of set_layer_split (lock held, nothing in flight): rebuild every peer."""
+        self._new_split = None
+        self.cfg = self.cfg.replace(layer_split=split)
+        self.bounds = stage_bounds(split)
+        self.snapshots = recut_states(self.snapshots, self._build, self.num_stages)
+        self.evaluator = Evaluator(self.cfg, self._val, self.bounds)
+        for name, old in list(self._peers.items()):
+            old.close()
+            peer = StagePeer(name, old.stage, self._build(old.stage, self.snapshots[old.stage]["params"]), self.cfg)
+            peer.load_state(self.snapshots[old.stage])
+            peer.delay = old.delay
+            self._peers[name] = peer
 
     def set_compression(self, codec: str) -> None:
         """Use `codec` for every hop from now on (a microbatch in flight may mix codecs; each
