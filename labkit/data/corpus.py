@@ -9,6 +9,7 @@ file, each 64 KiB chunk) goes to validation when the SHA-1 of its relative path 
 from __future__ import annotations
 
 import hashlib
+import os
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,17 +49,18 @@ def _units(path: Path, stdlib: bool) -> list[tuple[str, bytes]]:
     if path.is_file():
         data = path.read_bytes()
         return [(f"{path.name}#{i}", data[o : o + CHUNK]) for i, o in enumerate(range(0, len(data), CHUNK))]
-    pattern = "*.py" if stdlib else "*"
     units = []
-    for f in sorted(path.rglob(pattern)):
-        rel = f.relative_to(path)
-        if not f.is_file() or "site-packages" in rel.parts or any(part.startswith(".") for part in rel.parts):
-            continue
-        try:
-            units.append((rel.as_posix(), f.read_bytes()))
-        except OSError:
-            continue
-    return units
+    for root, dirs, files in os.walk(path, onerror=lambda _: None):  # a vanished folder is skipped
+        dirs[:] = sorted(d for d in dirs if d != "site-packages" and not d.startswith("."))
+        for name in sorted(files):
+            if name.startswith(".") or (stdlib and not name.endswith(".py")):
+                continue
+            f = Path(root) / name
+            try:
+                units.append((f.relative_to(path).as_posix(), f.read_bytes()))
+            except OSError:
+                continue
+    return sorted(units)
 
 
 def load_corpus(cfg: DataConfig) -> Corpus:

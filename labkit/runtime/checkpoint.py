@@ -28,7 +28,8 @@ def save_checkpoint(path: str | Path, cfg: RunConfig, step: int, stages: list[di
 
 
 def load_checkpoint(path: str | Path, cfg: RunConfig) -> dict[str, Any]:
-    """Read a checkpoint and check it fits `cfg` (same model and layer split)."""
+    """Read a checkpoint and check it fits `cfg` (the same model); the run continues with the
+    checkpoint's layer split and sync mode, which may have changed mid-run."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
@@ -36,10 +37,10 @@ def load_checkpoint(path: str | Path, cfg: RunConfig) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"{path} is not a labkit checkpoint (expected format {FORMAT!r})")
     saved = RunConfig.from_dict(data["config"])
-    if saved.model != cfg.model or saved.layer_split != cfg.layer_split:
+    if saved.model != cfg.model or saved.stages != cfg.stages or saved.compression != cfg.compression:
         raise ValueError(
-            f"checkpoint {path} holds model {saved.model} split {saved.layer_split}; "
-            f"the run asks for {cfg.model} split {cfg.layer_split}"
+            f"checkpoint {path} holds model {saved.model} in {saved.stages} stages with {saved.compression}; "
+            f"the run asks for {cfg.model} in {cfg.stages} stages with {cfg.compression}"
         )
     if data["step"] >= cfg.steps:
         raise ValueError(f"checkpoint {path} is at step {data['step']}, not before the run's last step {cfg.steps}")

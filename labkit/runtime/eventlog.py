@@ -6,6 +6,7 @@ import json
 import queue
 import threading
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from labkit.events import Event
@@ -23,12 +24,15 @@ class EventLog:
         self._lock = threading.Lock()
         self._history: deque[Event] = deque(maxlen=keep)
         self._subscribers: list[queue.Queue[Event]] = []
+        self.listeners: list[Callable[[Event], None]] = []  # called with every event, in order
         self._file = open(path, "a", encoding="utf-8") if path else None
 
     def emit(self, event: Event) -> None:
         """Record one event and hand it to every subscriber."""
         with self._lock:
             self._history.append(event)
+            for listener in self.listeners:
+                listener(event)
             for q in self._subscribers:
                 q.put(event)
             if self._file:

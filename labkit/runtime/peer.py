@@ -64,8 +64,6 @@ class StagePeer:
             if not future.set_running_or_notify_cancel():
                 continue
             try:
-                if self.delay:
-                    time.sleep(self.delay)
                 result = fn(*args)
             except BaseException as exc:  # the trainer sees the failure and reroutes
                 future.set_exception(exc)
@@ -99,6 +97,8 @@ class StagePeer:
             future.set_exception(PeerDied(self.name))
             return future
         self._requests.put((fn, args, future))
+        if not self._alive:  # killed between the check and the put: the worker may have drained already
+            self._fail_queued()
         return future
 
     @property
@@ -125,6 +125,11 @@ class StagePeer:
             self._updater.shutdown(wait=True)
 
     # -- requests (run on the worker thread) --------------------------------------------------
+    def _slow_down(self) -> None:
+        """The artificial delay of a slowed-down peer, on data requests only (not on syncs)."""
+        if self.delay:
+            time.sleep(self.delay)
+
     def _decode(self, x: torch.Tensor | Encoded) -> torch.Tensor:
         """A tensor as received: decoded if it came through a wire codec (token ids come raw)."""
         return self._codec(x.codec).decode(x) if isinstance(x, Encoded) else x
@@ -136,6 +141,7 @@ class StagePeer:
 
     def forward(self, attempt: int, x: torch.Tensor | Encoded, keep: bool, codec: str) -> Encoded:
         """Run the stage on `x`; if backward will come (`keep`), remember what it needs."""
+        self._slow_down()
         x = self._decode(x)
         if not keep:
             with torch.no_grad():
@@ -154,6 +160,7 @@ class StagePeer:
 
     def backward(self, attempt: int, grad_out: Encoded, accumulate: bool, samples: int, codec: str) -> Encoded | None:
         """Backpropagate `grad_out` through the stashed microbatch; accumulate if asked."""
+        self._slow_down()
         x, out = self._stash.pop(attempt)
         if out is None:  # activation checkpointing: recompute the forward with a graph
             with torch.enable_grad():
@@ -164,6 +171,7 @@ class StagePeer:
     def loss(self, attempt: int, x: torch.Tensor | Encoded, targets: torch.Tensor, scale: float,
              accumulate: bool, samples: int, codec: str) -> tuple[float, Encoded | None]:
         """Last stage: forward, cross-entropy summed and scaled, backward at once."""
+        self._slow_down()
         x = self._decode(x)
         if not self.module.is_first:
             x = x.detach().requires_grad_(True)
@@ -191,18 +199,20 @@ class StagePeer:
         """Forget activations of abandoned attempts (called between steps)."""
         self._stash.clear()
 
-    def take_gradients(self) -> tuple[list[torch.Tensor], int]:
-        """This peer's accumulated gradient sums and sample count, reset to zero."""
-        grads, samples = self.accum, self.samples
+    def gradients(self) -> tuple[list[torch.Tensor], int]:
+        """This peer's accumulated gradient sums and sample count (kept until the step clears them)."""
+        return self.accum, self.samples
+
+    def _clear_gradients(self) -> None:
         self.accum = [torch.zeros_like(p) for p in self.params]
         self.samples = 0
-        return grads, samples
 
     def optimizer_step(self, grads: list[torch.Tensor], step: int) -> None:
         """Apply the stage's summed gradient: every peer of a stage takes this identical step.
 
         With delayed updates, adopt the parameters the previous step produced, then start this
         step in the background, so the next batch is computed one update behind."""
+        self._clear_gradients()
         if self.shadow is None:
             self._step(self.params, grads, step)
             return
@@ -236,6 +246,7 @@ class StagePeer:
     def local_step(self, grads: list[torch.Tensor], samples: int, step: int) -> None:
         """DiLoCo inner step on this peer's own gradients, rescaled to a mean over its samples."""
         scale = self.cfg.global_batch / samples
+        self._clear_gradients()
         self._step(self.params, [g * scale for g in grads], step)
         self.outer.round_samples += samples
 
@@ -254,12 +265,12 @@ class StagePeer:
 
         "params" are the newest parameters; with delayed updates "compute" holds the ones the
         current batch runs on (one update behind)."""
+        if self._pending is not None:  # a background update must finish before its state is copied
+            self._pending.result()
         params = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
         state = {"params": params, "optimizer": _clone(self.optimizer.state_dict()),
                  "param_names": [n for n, _ in self.module.named_parameters()]}
         if self.shadow is not None:
-            if self._pending is not None:
-                self._pending.result()
             names = [n for n, _ in self.module.named_parameters()]
             state["compute"] = params
             state["params"] = {**params, **{n: s.detach().clone() for n, s in zip(names, self.shadow)}}

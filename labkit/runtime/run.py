@@ -23,6 +23,7 @@ from labkit.config import WIRE_CODECS, RunConfig, SyncConfig
 from labkit.runtime.checkpoint import load_checkpoint, save_checkpoint
 from labkit.runtime.eventlog import EventLog
 from labkit.runtime.swarm import InProcessSwarm
+from labkit.runtime.totals import RunTotals
 
 BACKENDS = ("inprocess",)
 
@@ -33,16 +34,22 @@ class Run:
     def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None) -> None:
         self.config = cfg
         self.run_dir = Path(run_dir) if run_dir is not None else None
+        self._resume = load_checkpoint(resume, cfg) if resume is not None else None
+        if self._resume is not None:  # continue with the layer split and sync mode the run had
+            saved = RunConfig.from_dict(self._resume["config"])
+            cfg = self.config = cfg.replace(layer_split=saved.layer_split, sync=saved.sync)
         if self.run_dir:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
         self.events = EventLog(self.run_dir / "events.jsonl" if self.run_dir else None)
-        self._resume = load_checkpoint(resume, cfg) if resume is not None else None
+        self._totals = RunTotals(cfg.stages)
+        self.events.listeners.append(self._totals.add)
         self._swarm: InProcessSwarm | None = None
         self._ready = threading.Event()
         self._done = threading.Event()
         self._summary: dict[str, Any] = {}
         self._checkpoints: list[tuple[Path, Future]] = []
+        self._final = False  # the run has ended: checkpoints are taken at once, of the final state
         self._lock = threading.Lock()
         self._started = time.perf_counter()
         self._thread = threading.Thread(target=self._main, name="labkit-run", daemon=True)
@@ -81,39 +88,32 @@ class Run:
             pending, self._checkpoints = self._checkpoints, []
         for path, future in pending:
             try:
-                future.set_result(save_checkpoint(path, self._swarm.cfg, step, self._swarm.snapshots))
+                future.set_result(self._save(path, step))
             except Exception as exc:
                 future.set_exception(exc)
 
+    def _save(self, path: Path, step: int) -> Path:
+        """Checkpoint the committed state, with the layer split and sync mode in force."""
+        swarm = self._swarm
+        return save_checkpoint(path, swarm.cfg.replace(sync=swarm.schedule.cfg), step, swarm.snapshots)
+
     def _finish(self, swarm: InProcessSwarm) -> None:
-        evals = self.events.history("eval")
-        steps = self.events.history("step")
-        seconds = time.perf_counter() - self._started
-        train_seconds = (steps[-1]["t"] - steps[0]["t"]) if len(steps) > 1 else 0.0
-        tokens = sum(s["tokens"] for s in steps[1:])
         if swarm.error is not None:
             status = "failed"
         elif swarm.finished.is_set():
             status = "finished"
         else:
             status = "stopped"
-        self._summary = {
-            "status": status,
-            "steps": swarm.ledger.step,
-            "val_loss_before": evals[0]["val_loss"] if evals else None,
-            "val_loss_after": evals[-1]["val_loss"] if evals else None,
-            "train_loss_last": steps[-1]["loss"] if steps else None,
-            "tokens": sum(s["tokens"] for s in steps),
-            "tokens_per_second": tokens / train_seconds if train_seconds > 0 else None,
-            "seconds": seconds,
-            "peers_killed": len([e for e in self.events.history("peer") if e["state"] == "killed"]),
-            **traffic(self.events.history(), swarm.num_stages),
-            "corpus": swarm.corpus_description,
-        }
+        self._summary = {"status": status, "steps": swarm.ledger.step, **self._totals.summary(),
+                         "seconds": time.perf_counter() - self._started, "corpus": swarm.corpus_description}
         if swarm.error is not None:
             self._summary["error"] = f"{type(swarm.error).__name__}: {swarm.error}"
+        with self._lock:  # requests no boundary will serve any more get the final state
+            pending, self._checkpoints, self._final = self._checkpoints, [], True
+        for path, future in pending:
+            future.set_result(self._save(path, swarm.ledger.step))
         if self.run_dir:
-            self._summary["checkpoint"] = str(save_checkpoint(self.run_dir / "checkpoint.pt", swarm.cfg, swarm.ledger.step, swarm.snapshots))
+            self._summary["checkpoint"] = str(self._save(self.run_dir / "checkpoint.pt", swarm.ledger.step))
             (self.run_dir / "summary.json").write_text(json.dumps(self._summary, indent=2))
         self.events.emit(events.run(swarm.clock(), state=status if status != "failed" else "failed", reason=self._summary.get("error", "")))
 
@@ -186,7 +186,10 @@ class Run:
         """Save the whole run at the next step boundary; the future resolves to the path."""
         future: Future = Future()
         with self._lock:
-            self._checkpoints.append((Path(path), future))
+            if self._final:
+                future.set_result(self._save(Path(path), self._swarm.ledger.step))
+            else:
+                self._checkpoints.append((Path(path), future))
         return future
 
     def state(self) -> dict[str, Any]:
@@ -205,18 +208,6 @@ class Run:
     def summary(self) -> dict[str, Any]:
         """The end-of-run summary (empty while running)."""
         return dict(self._summary)
-
-
-def traffic(history: list[dict[str, Any]], num_stages: int) -> dict[str, Any]:
-    """Bytes sent per stage and in total: pipeline (activations and their gradients, from hop
-    events) and data-parallel (gradient all-reduce or DiLoCo pseudo-gradients, from sync events)."""
-    pipeline, dp = [0] * num_stages, [0] * num_stages
-    for e in history:
-        if e["type"] == "hop":
-            pipeline[e["stage"]] += e["bytes"]
-        elif e["type"] == "sync":
-            dp[e["stage"]] += e["bytes"]
-    return {"pipeline_bytes": pipeline, "dp_bytes": dp, "pipeline_bytes_total": sum(pipeline), "dp_bytes_total": sum(dp)}
 
 
 def launch(config: RunConfig, *, backend: str = "inprocess", run_dir: str | Path | None = None,

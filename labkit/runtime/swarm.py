@@ -187,17 +187,42 @@ class InProcessSwarm:
 
     def _rebalance_loop(self) -> None:
         while not self._stopped.wait(self.cfg.rebalance_period):
-            self.rebalance()
+            try:
+                self.rebalance()
+            except (KeyError, ValueError) as exc:  # the chosen peer left meanwhile: skip this round
+                self.emit(events.setting(self.clock(), name="rebalance_skipped", value=str(exc)))
 
     def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
         """A trainer gave up on a peer. If the request may have accumulated a gradient the ledger
         never credited, the peer is evicted (a straggler) so that no sample is counted twice."""
-        peer = self.peer(name)
-        if peer is None:
-            return
-        self.emit(events.peer(self.clock(), peer=name, stage=peer.stage, state="banned", queue=peer.queue_length))
-        if may_have_accumulated:
-            self.kill_peer(name, reason="timeout during backward")
+        with self._lock:
+            peer = self._peers.get(name)
+            if peer is None:
+                return
+            self.emit(events.peer(self.clock(), peer=name, stage=peer.stage, state="banned", queue=peer.queue_length))
+            if may_have_accumulated:
+                self._evict(name, "timeout during backward")
+
+    def peer_failed(self, name: str, exc: BaseException) -> None:
+        """A peer raised on a request: it is faulty, so it is evicted like a crashed peer."""
+        self._evict(name, f"error: {type(exc).__name__}: {exc}")
+
+    def _evict(self, name: str, reason: str) -> None:
+        """Kill a peer for a fault, unless it is already gone."""
+        with self._lock:
+            if name in self._peers:
+                self.kill_peer(name, reason=reason)
+
+    def fail(self, exc: BaseException) -> None:
+        """End the run on an unexpected error, with the error in a `run` `failed` event."""
+        with self._lock:
+            if self.error is None:
+                self.error = exc
+                self.emit(events.run(self.clock(), state="failed", reason=f"{type(exc).__name__}: {exc}"))
+            self._stopping = True
+            self._stopped.set()
+            self.finished.set()
+            self._cond.notify_all()
 
     def stage_empty(self, stage: int) -> None:
         """A trainer found no live peer for `stage`: pause until one is added."""
@@ -232,11 +257,7 @@ class InProcessSwarm:
                         try:
                             self._step_boundary()
                         except Exception as exc:  # a broken invariant ends the run loudly
-                            self.error = exc
-                            self.emit(events.run(self.clock(), state="failed", reason=f"{type(exc).__name__}: {exc}"))
-                            self._stopping = True
-                            self.finished.set()
-                            self._cond.notify_all()
+                            self.fail(exc)
                         continue
                 self._cond.wait(timeout=0.5)
 
@@ -246,34 +267,41 @@ class InProcessSwarm:
             self._cond.notify_all()
 
     def _step_boundary(self) -> None:
-        """Each stage syncs its live peers (all-reduce, or a DiLoCo inner/outer step); then events."""
+        """Each stage syncs its live peers (all-reduce, or a DiLoCo inner/outer step); then events.
+
+        First every stage's gradients are gathered and checked; a peer that fails or times out
+        there is evicted and the boundary waits for its samples to be recomputed. Then each stage
+        steps; a peer failing now is evicted and the stage goes on with the survivors."""
         step = self.ledger.step
+        gathered = [self._collect(stage) for stage in range(self.num_stages)]
+        if any(g is None for g in gathered):
+            return
         decision = self.schedule.boundary()
-        stage_samples = []
-        for stage in range(self.num_stages):
-            peers = self.live(stage)
-            taken = self._collect(stage, peers)
-            stage_samples.append(sum(n for _, n in taken))
+        for stage, (peers, taken) in enumerate(gathered):
             if decision.allreduce:
                 grads = [torch.stack(parts).sum(0) for parts in zip(*(g for g, _ in taken))]  # sum over peers
-                self._wait([p.submit(p.optimizer_step, grads, step) for p in peers])
+                self._gather("optimizer_step", [(p, (grads, step)) for p in peers])
                 self._dp_bytes(step, stage, "allreduce", peers, grads)
             else:
-                self._wait([p.submit(p.local_step, g, n, step) for p, (g, n) in zip(peers, taken) if n > 0])
+                self._gather("local_step", [(p, (g, n, step)) for p, (g, n) in zip(peers, taken) if n > 0])
                 if decision.outer:
-                    self._outer_step(step, stage, peers)
+                    self._outer_step(step, stage, self.live(stage))
             if decision.switch_to is not None:
-                self._switch(peers, decision.switch_to)
-            for p in peers:
+                self._switch(self.live(stage), decision.switch_to)
+            survivors = self.live(stage)
+            for p in survivors:
                 p.submit(p.drop_stash)
-            self.snapshots[stage] = peers[0].submit(peers[0].state).result()
+            states = [st for st in self._gather("state", [(p, ()) for p in survivors[:1]]) if st is not None]
+            if states:
+                self.snapshots[stage] = states[0]
         if self._new_split is not None:
             self._apply_split(self._new_split)
         self.last_loss = self.ledger.loss()
         self.ledger.advance()
         now = self.clock()
         self.emit(events.step(now, step=step + 1, loss=self.last_loss, samples=self.cfg.global_batch,
-                              tokens=self.cfg.global_batch * self.cfg.model.seq_len) | {"stage_samples": stage_samples})
+                              tokens=self.cfg.global_batch * self.cfg.model.seq_len)
+                  | {"stage_samples": [sum(n for _, n in taken) for _, taken in gathered]})
         for p in sorted(self._peers.values(), key=lambda p: p.name):
             self.emit(events.peer(now, peer=p.name, stage=p.stage, state="alive", queue=p.queue_length))
         for hook in self.step_hooks:
@@ -293,9 +321,26 @@ class InProcessSwarm:
             self.finished.set()
         self._cond.notify_all()
 
-    def _collect(self, stage: int, peers: list[StagePeer]) -> list[tuple[list[torch.Tensor], int]]:
-        """Take every live peer's gradient sums, checking them against the ledger's credits."""
-        taken = [p.submit(p.take_gradients).result() for p in peers]
+    def _gather(self, method: str, calls: list[tuple[StagePeer, tuple]]) -> list[Any]:
+        """Call `method` with each peer's arguments; evict a peer that fails or exceeds
+        `peer_timeout`, leaving None in its place."""
+        futures = [(p, p.submit(getattr(p, method), *args)) for p, args in calls]
+        results = []
+        for p, f in futures:
+            try:
+                results.append(f.result(timeout=self.cfg.peer_timeout))
+            except Exception as exc:
+                self._evict(p.name, f"{method} failed at the step boundary: {type(exc).__name__}: {exc}")
+                results.append(None)
+        return results
+
+    def _collect(self, stage: int) -> tuple[list[StagePeer], list[tuple[list[torch.Tensor], int]]] | None:
+        """Every live peer's gradient sums, checked against the ledger's credits; None if a peer
+        had to be evicted (its samples are then recomputed before the boundary is tried again)."""
+        peers = self.live(stage)
+        taken = self._gather("gradients", [(p, ()) for p in peers])
+        if any(t is None for t in taken):
+            return None
         credited = self.ledger.samples(stage)
         for p, (_, samples) in zip(peers, taken):
             if samples != credited.get(p.name, 0):
@@ -303,40 +348,36 @@ class InProcessSwarm:
         total = sum(n for _, n in taken)
         if total != self.cfg.global_batch:
             raise RuntimeError(f"stage {stage} summed {total} samples, not the global batch {self.cfg.global_batch}")
-        return taken
+        return peers, taken
 
     def _outer_step(self, step: int, stage: int, peers: list[StagePeer]) -> None:
         """DiLoCo: average the peers' pseudo-gradients, weighted by samples, and step every peer."""
-        reported = [p.submit(p.pseudo_gradient).result() for p in peers]
-        weights = sample_weights({p.name: n for p, (_, n) in zip(peers, reported)})
-        delta = [sum(weights[p.name] * d[i] for p, (d, _) in zip(peers, reported)) for i in range(len(reported[0][0]))]
-        self._wait([p.submit(p.outer_step, delta) for p in peers])
-        self._dp_bytes(step, stage, "diloco", peers, delta)
+        pairs = [(p, r) for p, r in zip(peers, self._gather("pseudo_gradient", [(p, ()) for p in peers])) if r is not None]
+        weights = sample_weights({p.name: n for p, (_, n) in pairs})
+        delta = [sum(weights[p.name] * d[i] for p, (d, _) in pairs) for i in range(len(pairs[0][1][0]))]
+        self._gather("outer_step", [(p, (delta,)) for p, _ in pairs])
+        self._dp_bytes(step, stage, "diloco", [p for p, _ in pairs], delta)
 
     def _switch(self, peers: list[StagePeer], sync: SyncConfig) -> None:
         """Change every peer of a stage to `sync`'s mode (DiLoCo starts from the current parameters)."""
         if sync.mode == "diloco":
-            self._wait([p.submit(p.enter_diloco, sync) for p in peers])
+            self._gather("enter_diloco", [(p, (sync,)) for p in peers])
         else:
-            self._wait([p.submit(p.leave_diloco) for p in peers])
+            self._gather("leave_diloco", [(p, ()) for p in peers])
 
     def _dp_bytes(self, step: int, stage: int, kind: str, peers: list[StagePeer], tensors: list[torch.Tensor]) -> None:
         """Data-parallel traffic of one sync: each peer sends its tensors and receives the average."""
         size = sum(t.numel() * t.element_size() for t in tensors)
         self.emit(events.sync(self.clock(), step=step + 1, stage=stage, kind=kind, peers=len(peers), nbytes=2 * size * len(peers)))
 
-    @staticmethod
-    def _wait(futures: list) -> None:
-        for f in futures:
-            f.result()
-
     def set_layer_split(self, split: tuple[int, ...]) -> None:
         """Re-cut the model into `split` blocks per stage at the next step boundary."""
         cfg = self.cfg.replace(layer_split=tuple(split))  # validates: ConfigError names the field
-        if cfg.sync.mode != "allreduce" or cfg.delayed_updates or cfg.model.share_layers:
-            raise ValueError("set_layer_split is not allowed with DiLoCo, delayed updates or shared layers: "
-                             "it needs one optimizer state per parameter, identical on every peer")
         with self._lock:
+            diloco = self.schedule.cfg.mode != "allreduce" or self.schedule.pending is not None
+            if diloco or cfg.delayed_updates or cfg.model.share_layers:
+                raise ValueError("set_layer_split is not allowed with DiLoCo (in force or requested), delayed updates "
+                                 "or shared layers: it needs one optimizer state per parameter, identical on every peer")
             self._new_split = cfg.layer_split
             self.emit(events.setting(self.clock(), name="layer_split", value=list(cfg.layer_split)))
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from labkit import events
+from labkit.runtime.peer import PeerDied
 from labkit.swarm.ledger import Task
 from labkit.swarm.routing import Router
 from labkit.wire import Encoded
@@ -53,11 +54,15 @@ class Trainer:
         self._seen: dict[str, tuple[int, int]] = {}  # peer -> (stage, announce epoch) last synced
         self.thread = threading.Thread(target=self._loop, name=f"trainer-{name}", daemon=True)
 
-    def _sync_router(self) -> None:
-        """Mirror the swarm's registry: add, move or un-ban re-announced peers; drop departed ones."""
+    def _sync_router(self, reannounce_stage: int | None = None) -> None:
+        """Mirror the swarm's registry: add, move or un-ban re-announced peers; drop departed ones.
+
+        Peers still registered are alive and announcing themselves: when every peer of
+        `reannounce_stage` is banned, their presence in the registry un-bans them (a timeout may
+        have been a passing spike)."""
         registry = self.swarm.registry()
         for peer, (stage, epoch) in registry.items():
-            if self._seen.get(peer) != (stage, epoch):
+            if self._seen.get(peer) != (stage, epoch) or stage == reannounce_stage:
                 self.router.announce(peer, stage)
                 self._seen[peer] = (stage, epoch)
         for peer in [p for p in self._seen if p not in registry]:
@@ -71,21 +76,24 @@ class Trainer:
                 return
             self._sync_router()
             credits: dict[int, str] = {}
-            loss = None
+            outcome: dict[str, float] = {}  # "loss" once the last stage has answered
             try:
-                loss = self._run(task, credits)
+                self._run(task, credits, outcome)
             except StageEmpty as exc:
                 self.swarm.stage_empty(exc.stage)
             except AttemptFailed:
                 pass
-            self.swarm.finish(task, credits, loss)
+            except Exception as exc:  # a bug, not a fault: stop the run loudly
+                self.swarm.fail(exc)
+            finally:
+                self.swarm.finish(task, credits, outcome.get("loss"))
 
     def _call(self, stage: int, direction: str, task: Task, method: str, *args: Any, peer: str | None = None) -> tuple[str, Any]:
         """Send one request to a peer of `stage` (chosen by the router unless `peer` is given)."""
         while True:
             target = peer or self.router.choose(stage)
             if target is None:
-                self._sync_router()
+                self._sync_router(reannounce_stage=stage)
                 target = self.router.choose(stage)
                 if target is None:
                     raise StageEmpty(stage)
@@ -103,8 +111,10 @@ class Trainer:
                 if peer is not None:
                     raise AttemptFailed(target)
                 continue
-            except Exception:
+            except Exception as exc:  # the peer is gone, or failed: ban it, retry elsewhere
                 self.router.ban(target)
+                if not isinstance(exc, (PeerDied, LookupError)):
+                    self.swarm.peer_failed(target, exc)
                 if peer is not None:
                     raise AttemptFailed(target)
                 continue
@@ -116,8 +126,9 @@ class Trainer:
                                        nbytes=sent + received, seconds=seconds, microbatch=task.microbatch))
             return target, result
 
-    def _run(self, task: Task, credits: dict[int, str]) -> float:
-        """Forward through every stage, loss at the last, backward to the lowest stage still owed."""
+    def _run(self, task: Task, credits: dict[int, str], outcome: dict[str, float]) -> None:
+        """Forward through every stage, loss at the last, backward to the lowest stage still owed.
+        Fills `credits` (stage -> peer that accumulated) and `outcome["loss"]` as they happen."""
         swarm = self.swarm
         inputs, targets = swarm.sampler.batch(task.step, task.microbatch, swarm.cfg.microbatch)
         n = inputs.shape[0]
@@ -134,10 +145,10 @@ class Trainer:
                                         last in task.stages, n, swarm.codec)
         if last in task.stages:
             credits[last] = peer
+            outcome["loss"] = loss
         # backward: retrace the same peers, S-2 .. lowest stage still owed a gradient
         for stage in range(last - 1, lowest - 1, -1):
             accumulate = stage in task.stages
             peer, grad = self._call(stage, "backward", task, "backward", grad, accumulate, n, swarm.codec, peer=path[stage])
             if accumulate:
                 credits[stage] = peer
-        return loss

@@ -29,24 +29,24 @@ class SyncSchedule:
     def __init__(self, cfg: SyncConfig) -> None:
         self.cfg = cfg
         self.inner = 0  # local steps taken since the last outer step
-        self._pending: SyncConfig | None = None
+        self.pending: SyncConfig | None = None  # a requested switch not yet in force
 
     def request(self, cfg: SyncConfig) -> None:
         """Ask for `cfg` from the next boundary where the current mode can stop."""
-        self._pending = cfg
+        self.pending = cfg
 
     def boundary(self) -> Decision:
         """Decide the current boundary and advance the counters."""
         if self.cfg.mode == "allreduce":
-            decision = Decision(allreduce=True, outer=False, switch_to=self._pending)
+            decision = Decision(allreduce=True, outer=False, switch_to=self.pending)
         else:
             self.inner += 1
             outer = self.inner >= self.cfg.inner_steps
-            decision = Decision(allreduce=False, outer=outer, switch_to=self._pending if outer else None)
+            decision = Decision(allreduce=False, outer=outer, switch_to=self.pending if outer else None)
             if outer:
                 self.inner = 0
         if decision.switch_to is not None:
-            self.cfg, self._pending, self.inner = decision.switch_to, None, 0
+            self.cfg, self.pending, self.inner = decision.switch_to, None, 0
         return decision
 
 

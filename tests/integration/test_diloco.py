@@ -61,7 +61,10 @@ def test_joiner_adopts_global_parameters_and_outer_state(small_run: RunConfig) -
     run.wait(120)
     for g_new, g_old in zip(new.outer.global_params, old.outer.global_params):
         assert torch.equal(g_new, g_old)
-    assert new.outer.optimizer.state_dict()["state"].keys() == old.outer.optimizer.state_dict()["state"].keys()
+    new_outer, old_outer = new.outer.optimizer.state_dict()["state"], old.outer.optimizer.state_dict()["state"]
+    assert new_outer.keys() == old_outer.keys() and len(old_outer) > 0
+    for i in old_outer:
+        assert torch.equal(new_outer[i]["momentum_buffer"], old_outer[i]["momentum_buffer"])
 
 
 def test_set_sync_switches_at_a_boundary(small_run: RunConfig) -> None:

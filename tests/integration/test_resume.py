@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import labkit
-from labkit.config import ModelConfig, RunConfig
+from labkit.config import ModelConfig, RunConfig, SyncConfig
 from labkit.model import assemble
 
 
@@ -18,10 +18,12 @@ def _final_params(run: labkit.Run) -> dict[str, torch.Tensor]:
     return assemble([s["params"] for s in run._swarm.snapshots])
 
 
-@pytest.mark.parametrize(("stages", "peers", "trainers", "tol"), [(1, 1, 1, 0.0), (2, 2, 4, 1e-10)])
-def test_resume_equals_uninterrupted(small_run: RunConfig, tmp_path: Path, stages: int, peers: int, trainers: int, tol: float) -> None:
+@pytest.mark.parametrize(("stages", "peers", "trainers", "tol", "delayed"),
+                         [(1, 1, 1, 0.0, False), (2, 2, 4, 1e-10, False), (1, 1, 1, 0.0, True)])
+def test_resume_equals_uninterrupted(small_run: RunConfig, tmp_path: Path, stages: int, peers: int, trainers: int,
+                                     tol: float, delayed: bool) -> None:
     cfg = small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=stages,
-                            peers=peers, trainers=trainers, steps=6)
+                            peers=peers, trainers=trainers, steps=6, delayed_updates=delayed)
     straight = _final_params(labkit.launch(cfg))
 
     first = labkit.launch(cfg)
@@ -50,3 +52,16 @@ def _checkpoint_of(run: labkit.Run, tmp_path: Path) -> Path:
     from labkit.runtime.checkpoint import save_checkpoint
 
     return save_checkpoint(tmp_path / "c.pt", run.config, 1, run._swarm.snapshots)
+
+
+def test_checkpoints_asked_late_still_resolve(small_run: RunConfig, tmp_path: Path) -> None:
+    """A checkpoint no step boundary will take (DiLoCo mid-round at the end, or after the run)
+    resolves to the final state instead of hanging."""
+    cfg = small_run.replace(steps=3, sync=SyncConfig(mode="diloco", inner_steps=10))
+    run = labkit.launch(cfg)
+    during = run.checkpoint(tmp_path / "during.pt")  # the run ends before any outer boundary
+    run.wait(120)
+    after = run.checkpoint(tmp_path / "after.pt")
+    for future in (during, after):
+        path = future.result(timeout=10)
+        assert torch.load(path, weights_only=False)["step"] == 3

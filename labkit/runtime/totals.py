@@ -1,0 +1,63 @@
+"""Running totals of a run, folded from its events as they are emitted.
+
+The event history is bounded; the summary must not be. Totals keep what the summary needs:
+first and last validation loss, tokens and training time, bytes per stage, kills.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labkit.events import Event
+
+
+class RunTotals:
+    """Folds events into the figures of a run's summary."""
+
+    def __init__(self, num_stages: int) -> None:
+        self.val_first: float | None = None
+        self.val_last: float | None = None
+        self.loss_last: float | None = None
+        self.tokens = 0
+        self.tokens_after_first = 0  # tokens of every step but the first (its time starts the clock)
+        self.t_first_step: float | None = None
+        self.t_last_step: float | None = None
+        self.pipeline = [0] * num_stages
+        self.dp = [0] * num_stages
+        self.killed = 0
+
+    def add(self, e: Event) -> None:
+        """Fold one event in."""
+        kind = e["type"]
+        if kind == "hop":
+            self.pipeline[e["stage"]] += e["bytes"]
+        elif kind == "sync":
+            self.dp[e["stage"]] += e["bytes"]
+        elif kind == "step":
+            self.tokens += e["tokens"]
+            if self.t_first_step is None:
+                self.t_first_step = e["t"]
+            else:
+                self.tokens_after_first += e["tokens"]
+            self.t_last_step, self.loss_last = e["t"], e["loss"]
+        elif kind == "eval":
+            self.val_first = e["val_loss"] if self.val_first is None else self.val_first
+            self.val_last = e["val_loss"]
+        elif kind == "peer" and e["state"] == "killed":
+            self.killed += 1
+
+    def summary(self) -> dict[str, Any]:
+        """The summary figures: losses, tokens and throughput, bytes per stage and in total."""
+        span = (self.t_last_step or 0.0) - (self.t_first_step or 0.0)
+        return {
+            "val_loss_before": self.val_first,
+            "val_loss_after": self.val_last,
+            "train_loss_last": self.loss_last,
+            "tokens": self.tokens,
+            "tokens_per_second": self.tokens_after_first / span if span > 0 else None,
+            "peers_killed": self.killed,
+            "pipeline_bytes": list(self.pipeline),
+            "dp_bytes": list(self.dp),
+            "pipeline_bytes_total": sum(self.pipeline),
+            "dp_bytes_total": sum(self.dp),
+        }
