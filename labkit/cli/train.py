@@ -62,6 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--activation-checkpointing", action="store_true", help="peers recompute activations in backward")
     p.add_argument("--seed", type=int, default=defaults.seed, help="seed of parameters and data order")
     p.add_argument("--threads", type=int, default=defaults.threads, help="torch threads (0: torch's default)")
+    p.add_argument("--plan", type=Path, default=None, metavar="PLAN_JSON",
+                   help="follow a plan from `labkit plan`: its stages, devices as peers (at most --max-peers each) and layer split")
+    p.add_argument("--max-peers", type=int, default=4, help="with --plan: peers per stage at most (each is a thread here)")
     p.add_argument("--run-dir", type=Path, default=None, help="output folder (default runs/<date-time>)")
     p.add_argument("--resume", type=Path, default=None, metavar="CHECKPOINT", help="continue from a checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="print one line per evaluation instead of a bar")
@@ -87,6 +90,12 @@ def run_train(args: argparse.Namespace) -> int:
     """Launch the run, draw its progress from the event stream, print the summary."""
     try:
         cfg = config_from_args(args)
+        if args.plan is not None:
+            from labkit.plan.plan import Plan
+
+            if not args.plan.is_file():
+                raise ConfigError("train", "plan", str(args.plan), "a plan.json written by `labkit plan`")
+            cfg = Plan.from_json(args.plan.read_text()).run_config(cfg, max_peers_per_stage=args.max_peers)
     except ConfigError as exc:
         print(f"labkit train: error: {exc}", file=sys.stderr)
         return 2

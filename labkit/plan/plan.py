@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.config import ConfigError
+from labkit.config import ConfigError, RunConfig
 
 ROLES = ("replica", "frontal", "backward", "client")
 PARTS = ("dp", "pp", "compute")
@@ -88,6 +88,18 @@ class Plan:
     def layer_split(self) -> tuple[int, ...]:
         return tuple(s.layers for s in self.stages)
 
+    def run_config(self, base: RunConfig, *, max_peers_per_stage: int | None = None) -> RunConfig:
+        """A run that follows this plan: its stage count, one peer per planned device (at most
+        `max_peers_per_stage`), and its layer split rescaled to `base.model`'s depth.
+
+        >>> plan.run_config(RunConfig()).layer_split  # doctest: +SKIP
+        (2, 2)
+        """
+        peers = tuple(len(s.devices) if max_peers_per_stage is None else min(len(s.devices), max_peers_per_stage)
+                      for s in self.stages)
+        split = rescale_split(self.layer_split, base.model.n_layer)
+        return base.replace(stages=len(self.stages), peers=peers, layer_split=split)
+
     def describe(self) -> str:
         """A few human-readable lines: time and parts, then one line per stage."""
         parts = ", ".join(f"{k}={self.parts[k]:.3f}s" for k in PARTS)
@@ -118,3 +130,18 @@ class Plan:
     @classmethod
     def from_json(cls, text: str) -> Plan:
         return cls.from_dict(json.loads(text))
+
+
+def rescale_split(split: tuple[int, ...], n_layer: int) -> tuple[int, ...]:
+    """Blocks per stage in the same proportions for a model of `n_layer` blocks (largest
+    remainder, at least one block per stage)."""
+    if len(split) > n_layer:
+        raise ConfigError("Plan", "stages", len(split), f"at most the model's {n_layer} layers")
+    total = sum(split)
+    spare = n_layer - len(split)  # blocks left once every stage has one
+    shares = [spare * n / total for n in split]
+    out = [1 + int(x) for x in shares]
+    order = sorted(range(len(split)), key=lambda i: (-(shares[i] - int(shares[i])), i))
+    for i in order[: n_layer - sum(out)]:
+        out[i] += 1
+    return tuple(out)

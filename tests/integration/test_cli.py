@@ -42,3 +42,16 @@ def test_bad_flags_give_one_line_errors(tmp_path: Path, args: list[str], needle:
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and "error" in lines[0], out.stderr
+
+
+def test_train_follows_a_plan(tmp_path: Path) -> None:
+    from labkit.plan.plan import Plan, Stage
+
+    plan = Plan(method="dtfm", scenario="t", stages=(Stage(devices=("a", "b"), layers=9), Stage(devices=("c",), layers=3)),
+                links=((("a", "c", 1.0),),), time=1.0, parts={"dp": 0.1, "pp": 0.2, "compute": 0.3})
+    (tmp_path / "plan.json").write_text(plan.to_json())
+    out = _labkit("train", "--plan", "plan.json", "--steps", "3", "--seq-len", "32", "--eval-every", "0",
+                  "--no-progress", "--run-dir", "run", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["stages"], config["peers"], config["layer_split"]) == (2, [2, 1], [3, 1])
