@@ -67,13 +67,6 @@ class BoundaryRecv(nn.Module):
         return self.decompress(z)
 
 
-def boundary_prefix(s: int, side: str) -> str:
-    """Global name prefix of one half of boundary s: `boundaries.{s}.send` or `boundaries.{s}.recv`."""
-    if side not in ("send", "recv"):
-        raise ValueError(f"side must be 'send' or 'recv', got {side!r}")
-    return f"boundaries.{s}.{side}"
-
-
 def init_boundary_state(d_model: int, factor: int, kind: str, stages: int, seed: int,
                         dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """Fresh parameters of all `stages - 1` boundaries under their global names.
@@ -87,13 +80,3 @@ def init_boundary_state(d_model: int, factor: int, kind: str, stages: int, seed:
         init_weights(pair, 1, torch.Generator().manual_seed(seed * 1_000_003 + s))  # no residual projection: std 0.02
         state.update({f"boundaries.{s}.{k}": v.detach().clone() for k, v in pair.state_dict().items()})
     return state
-
-
-def build_boundary_half(side: str, s: int, d_model: int, factor: int, kind: str,
-                        state: dict[str, torch.Tensor]) -> BoundarySend | BoundaryRecv:
-    """One half of boundary s loaded from a state holding `boundaries.{s}.{side}.*` (strictly)."""
-    prefix = boundary_prefix(s, side) + "."
-    half = (BoundarySend if side == "send" else BoundaryRecv)(d_model, factor, kind)
-    own = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-    half.to(next(iter(own.values())).dtype if own else torch.float32).load_state_dict(own, strict=True)
-    return half

@@ -26,14 +26,6 @@ class Move:
     target: int
 
 
-def stage_loads(queues: Mapping[str, tuple[int, float]], num_stages: int) -> list[float]:
-    """Sum of queue lengths per stage; `queues` maps peer -> (stage, queue length)."""
-    loads = [0.0] * num_stages
-    for stage, length in queues.values():
-        loads[stage] += length
-    return loads
-
-
 def _arrays(queues: Mapping[str, tuple[int, float]], num_stages: int) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Peer names, stages and queue lengths as arrays in `queues` order (so loads sum alike)."""
     names = list(queues)

@@ -143,3 +143,20 @@ def test_faults_change_nothing_but_time(small_run: RunConfig) -> None:
     assert max(float((got[k] - want[k]).abs().max()) for k in want) <= 1e-10
     step_losses = [e["loss"] for e in run.events.history("step")]
     assert step_losses == pytest.approx(losses, rel=1e-10, abs=1e-12)
+
+
+def test_events_follow_the_schema(small_run: RunConfig) -> None:
+    """Every event a run emits uses the schema's types, states and directions (labkit/events.py)."""
+    from labkit import events
+
+    run = labkit.launch(small_run.replace(stages=2, peers=(2, 1), steps=6))
+    _wait_for_step(run, 2)
+    run.kill_peer("s1p0")
+    run.add_peer(1)
+    assert run.wait(120)["status"] == "finished"
+    history = run.events.history()
+    assert {e["type"] for e in history} <= {"hop", "step", "peer", "eval", "run", "sync", "setting"}
+    assert {e["state"] for e in history if e["type"] == "peer"} <= set(events.PEER_STATES)
+    assert {e["state"] for e in history if e["type"] == "run"} <= set(events.RUN_STATES)
+    assert {e["direction"] for e in history if e["type"] == "hop"} == set(events.DIRECTIONS)
+    assert all(isinstance(e["t"], float) for e in history)

@@ -7,10 +7,20 @@ import torch
 import torch.nn.functional as F
 
 from labkit.config import ConfigError
-from labkit.model.boundary import BoundaryRecv, BoundarySend, build_boundary_half, init_boundary_state
+from labkit.model.boundary import BoundaryRecv, BoundarySend, init_boundary_state
 from labkit.wire import get_codec
 
 D = 64  # nano's d_model
+
+
+def build_boundary_half(side: str, s: int, d_model: int, factor: int, kind: str,
+                        state: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """One half of boundary s, loaded strictly from its global names `boundaries.{s}.{side}.*`."""
+    prefix = f"boundaries.{s}.{side}."
+    half = (BoundarySend if side == "send" else BoundaryRecv)(d_model, factor, kind)
+    own = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    half.to(next(iter(own.values())).dtype).load_state_dict(own, strict=True)
+    return half
 
 
 def pair(kind: str, factor: int, seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
