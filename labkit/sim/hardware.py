@@ -72,15 +72,15 @@ class StageCosts:
 
 
 def stage_costs(*, model: str, stages: int, microbatch: int, seq_len: int, checkpointing: bool,
-                wire_bytes: float = 2.0, compression: float = 1.0) -> StageCosts:
+                wire_bytes: float = 2.0, compression: float = 1.0, split: tuple[int, ...] | None = None) -> StageCosts:
     """Costs of each stage for one microbatch of `microbatch` x `seq_len` tokens.
 
-    Blocks split as evenly as possible (earlier stages take the remainder); embeddings and the
+    Blocks split as `split` says, or as evenly as possible (earlier stages take the remainder); embeddings and the
     head are left out (the paper's Table 1 and Appendix I pipelines have none). Activations travel
     as `wire_bytes` per value (fp16 = 2) divided by `compression`.
     """
     d, layers = model_shape(model)
-    split = even_split(layers, stages)
+    split = split or even_split(layers, stages)
     tokens = microbatch * seq_len
     per_block = block_flops_per_token(d, seq_len) * tokens
     fwd = tuple(n * per_block / 3.0 for n in split)

@@ -72,6 +72,7 @@ class Scenario:
     name: str = "custom"  # label in reports
     model: str = "small"  # a GPT-2 family size of labkit.config or a SWARM App. F stack: base, xxlarge, gpt3
     stages: int = 4  # pipeline stages
+    layer_split: tuple[int, ...] | None = None  # blocks per stage; None = as even as possible
     peers: tuple[PeerGroup, ...] = ()  # who serves which stage at t = 0
     join_device: str | None = None  # device of peers that join later; None = the first group's
     trainers: int = 4  # trainers routing microbatches
@@ -104,6 +105,12 @@ class Scenario:
         _check(self.model in MODELS, o, "model", self.model, f"one of {list(MODELS)}")
         _check(_int(self.stages) and 1 <= self.stages <= model_shape(self.model)[1], o, "stages", self.stages,
                f"an integer in [1, {model_shape(self.model)[1]}] (the model's blocks)")
+        if self.layer_split is not None:
+            split = tuple(self.layer_split)
+            object.__setattr__(self, "layer_split", split)
+            blocks = model_shape(self.model)[1]
+            _check(len(split) == self.stages and all(_int(n) and n >= 1 for n in split) and sum(split) == blocks, o,
+                   "layer_split", split, f"None or {self.stages} integers >= 1 summing to the model's {blocks} blocks")
         if isinstance(self.peers, list):
             object.__setattr__(self, "peers", tuple(self.peers))
         _check(isinstance(self.peers, tuple) and all(isinstance(g, PeerGroup) for g in self.peers), o, "peers",

@@ -58,7 +58,7 @@ def _link(s: Scenario, a: str, b: str) -> tuple[float, float]:
 def build_world(s: Scenario) -> World:
     """Compile a scenario: initial peers in group order, then one slot per join of the trace."""
     costs = stage_costs(model=s.model, stages=s.stages, microbatch=s.microbatch, seq_len=s.seq_len,
-                        checkpointing=s.checkpointing, compression=s.compression)
+                        checkpointing=s.checkpointing, compression=s.compression, split=s.layer_split)
     trace = s.events_trace()
     joins = sum(d for _, d in trace if d > 0)
     join_group = next((g for g in s.peers if g.device == s.join_device), s.peers[0])
