@@ -32,13 +32,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--duration", type=float, help="override the scenario's simulated seconds")
     parser.add_argument("--seed", type=int, help="override the scenario's seed")
     parser.add_argument("--max-hops", type=int, default=200_000, help="hop events kept (events mode)")
+    parser.add_argument("--plan", type=Path, help="simulate a plan.json from `labkit plan` (with --network)")
+    parser.add_argument("--network", help="with --plan: the planner preset (sized to the plan's devices) or scenario JSON it was made for")
+    parser.add_argument("--model", default="small", help="with --plan: the simulated model (default small)")
     parser.set_defaults(handler=_run, parser=parser)
 
 
+def _from_plan(args: argparse.Namespace) -> Scenario:
+    """The scenario that runs a planner's plan on the network it was planned for."""
+    from labkit.plan.plan import Plan
+    from labkit.plan.presets import PRESETS as NETWORKS
+    from labkit.plan.scenario import Scenario as Network
+    from labkit.sim.from_plan import scenario_from_plan
+
+    if args.network is None:
+        args.parser.error("--plan needs --network: the planner preset or scenario JSON the plan was made for")
+    try:
+        plan = Plan.from_json(args.plan.read_text())
+    except OSError as err:
+        args.parser.error(f"cannot read {args.plan}: {err.strerror}")
+    if args.network in NETWORKS:
+        network = NETWORKS[args.network](n=sum(len(s.devices) for s in plan.stages))
+    elif Path(args.network).is_file():
+        network = Network.load(args.network)
+    else:
+        args.parser.error(f"--network {args.network!r} is neither a planner preset ({', '.join(sorted(NETWORKS))}) nor a file")
+    return scenario_from_plan(plan, network, model=args.model)
+
+
 def _load(args: argparse.Namespace) -> Scenario:
-    if (args.scenario is None) == (args.preset is None):
-        args.parser.error("give exactly one of SCENARIO or --preset")
-    if args.preset:
+    if sum(x is not None for x in (args.scenario, args.preset, args.plan)) != 1:
+        args.parser.error("give exactly one of SCENARIO, --preset or --plan")
+    if args.plan:
+        scenario = _from_plan(args)
+    elif args.preset:
         scenario = PRESETS[args.preset]()
     else:
         try:

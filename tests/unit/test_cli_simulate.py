@@ -43,3 +43,14 @@ def test_bad_flags_and_files_give_one_line_errors(tmp_path, capsys, argv):
     assert err.value.code == 2
     message = capsys.readouterr().err.strip()
     assert message.startswith("labkit simulate: error:") and "\n" not in message
+
+
+def test_a_plan_from_labkit_plan_runs_in_the_simulator(tmp_path):
+    assert main(["plan", "--preset", "dtfm_regional", "--n", "16", "--stages", "4", "--generations", "3",
+                 "--out", str(tmp_path / "p")]) == 0
+    assert main(["simulate", "--plan", str(tmp_path / "p" / "plan.json"), "--network", "dtfm_regional",
+                 "--duration", "20", "--out", str(tmp_path / "s")]) == 0
+    summary = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert summary["samples_per_s"] > 0
+    with pytest.raises(SystemExit):
+        main(["simulate", "--plan", str(tmp_path / "p" / "plan.json")])  # no --network
