@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from labkit.kernels.fluid import balanced_stages
-from labkit.sim import ChurnModel, PeerGroup, Scenario, simulate
+from labkit.sim import ChurnModel, Scenario, simulate
 from labkit.sim.presets import even_peers, table5
 from labkit.sim.summary import percent_of_optimal, summarize
 from labkit.sim.world import build_world
