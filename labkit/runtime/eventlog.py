@@ -55,11 +55,6 @@ class EventLog:
         with self._lock:
             return [e for e in self._history if kind is None or e["type"] == kind]
 
-    def flush(self) -> None:
-        with self._lock:
-            if self._file:
-                self._file.flush()
-
     def close(self) -> None:
         with self._lock:
             if self._file:

@@ -43,7 +43,6 @@ class Membership:
         peer.load_state(state)
         self._peers[name] = peer
         self._epochs[name] = 0
-        self._version += 1
         self.emit(events.peer(self.clock(), peer=name, stage=stage, state="joined", queue=0))
         return name
 
@@ -100,7 +99,6 @@ class Membership:
         del self._epochs[name]
         peer.kill()
         lost = self.ledger.peer_lost(name)
-        self._version += 1
         self._cond.notify_all()
         return peer, lost
 

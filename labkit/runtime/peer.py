@@ -102,10 +102,6 @@ class StagePeer:
         return future
 
     @property
-    def alive(self) -> bool:
-        return self._alive
-
-    @property
     def queue_length(self) -> int:
         return self._requests.qsize()
 

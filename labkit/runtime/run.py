@@ -49,6 +49,7 @@ class Run:
         self._done = threading.Event()
         self._summary: dict[str, Any] = {}
         self._checkpoints: list[tuple[Path, Future]] = []
+        self._stop = threading.Event()  # stop() was called
         self._final = False  # the run has ended: checkpoints are taken at once, of the final state
         self._lock = threading.Lock()
         self._started = time.perf_counter()
@@ -63,7 +64,7 @@ class Run:
             self._swarm = swarm
             self._ready.set()
             swarm.start()
-            while not swarm.finished.wait(0.2) and not self._stop_requested():
+            while not swarm.finished.wait(0.2) and not self._stop.is_set():
                 pass
             swarm.stop()
             swarm.join()
@@ -75,9 +76,6 @@ class Run:
         finally:
             self.events.close()
             self._done.set()
-
-    def _stop_requested(self) -> bool:
-        return getattr(self, "_stop", False)
 
     def _on_step(self, step: int) -> None:
         """Step hook (swarm lock held): take requested checkpoints at this consistent boundary
@@ -135,7 +133,7 @@ class Run:
 
     def stop(self) -> None:
         """Ask the run to stop after the microbatches in flight; returns at once."""
-        self._stop = True
+        self._stop.set()
         if self._swarm is not None:
             self._swarm.stop()
 
@@ -176,10 +174,7 @@ class Run:
 
     def set_sync(self, sync: SyncConfig) -> None:
         """Switch each stage between SWARM all-reduce and DiLoCo at the next outer-step boundary."""
-        if not isinstance(sync, SyncConfig):
-            raise TypeError(f"sync={sync!r} is not allowed: a labkit.SyncConfig")
-        if sync.mode == "diloco" and self.config.delayed_updates:
-            raise ValueError("sync.mode='diloco' is not allowed with delayed_updates=True")
+        self.config.replace(sync=sync)  # the config's own rules: a SyncConfig, DiLoCo without delayed updates
         self._swarm_or_raise().set_sync(sync)
 
     def checkpoint(self, path: str | Path) -> Future:

@@ -56,7 +56,6 @@ class InProcessSwarm(Membership):
         self._t0 = time.perf_counter()
         self._peers: dict[str, StagePeer] = {}
         self._epochs: dict[str, int] = {}
-        self._version = 0
         self._counter = [0] * cfg.stages
         self._paused: set[int] = set()
         self._stopping = False

@@ -74,8 +74,8 @@ class StepLedger:
             if peer not in self._dead:
                 mb.credits[stage] = peer
         last = self.num_stages - 1
-        if loss is not None and credits.get(last) not in self._dead and last in credits:
-            mb.loss = loss
+        if loss is not None and last in credits and mb.credits.get(last) == credits[last]:
+            mb.loss = loss  # the loss belongs with the last stage's (live) credit
         mb.in_flight = False
 
     def peer_lost(self, peer: str) -> int:
