@@ -39,12 +39,17 @@ class Membership:
     def _spawn(self, stage: int, state: dict[str, Any]) -> str:
         name = f"s{stage}p{self._counter[stage]}"
         self._counter[stage] += 1
-        peer = StagePeer(name, stage, self._build(stage, state["params"]), self.cfg)
-        peer.load_state(state)
-        self._peers[name] = peer
+        self._peers[name] = self._make_peer(name, stage, state)
         self._epochs[name] = 0
         self.emit(events.peer(self.clock(), peer=name, stage=stage, state="joined", queue=0))
         return name
+
+    def _make_peer(self, name: str, stage: int, state: dict[str, Any], delay: float = 0.0) -> StagePeer:
+        """A running peer of `stage` holding `state` (the backend decides where it runs)."""
+        peer = StagePeer(name, stage, self._build(stage, state["params"]), self.cfg)
+        peer.load_state(state)
+        peer.set_delay(delay)
+        return peer
 
     def _build(self, stage: int, params: dict[str, torch.Tensor]) -> Stage:
         first, count = self.bounds[stage]
@@ -59,7 +64,7 @@ class Membership:
             if not (isinstance(stage, int) and 0 <= stage < self.num_stages):
                 raise ValueError(f"stage={stage!r} is not allowed: an integer in [0, {self.num_stages - 1}] or None")
             neighbours = self.live(stage)
-            state = neighbours[0].submit(neighbours[0].state).result() if neighbours else self.snapshots[stage]
+            state = neighbours[0].call("state").result() if neighbours else self.snapshots[stage]
             name = self._spawn(stage, state)
             if stage in self._paused:
                 self._paused.discard(stage)

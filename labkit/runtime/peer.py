@@ -32,8 +32,9 @@ class PeerDied(RuntimeError):
 class StagePeer:
     """Serves stage `stage` with its own copy of the stage's parameters and optimizer."""
 
-    def __init__(self, name: str, stage: int, module: Stage, cfg: RunConfig) -> None:
-        self.name, self.stage, self.module, self.cfg = name, stage, module, cfg
+    def __init__(self, name: str, stage: int, module: Stage, cfg: RunConfig, device: str = "cpu") -> None:
+        self.name, self.stage, self.cfg, self.device = name, stage, cfg, torch.device(device)
+        self.module = module.to(self.device)
         self.params = [p for p in module.parameters()]
         # Delayed parameter updates: the optimizer owns a shadow copy that is stepped in the
         # background while the next batch computes on `params`; the copy is adopted one step later.
@@ -90,7 +91,11 @@ class StagePeer:
         except InvalidStateError:
             pass  # cancelled by a trainer that timed out
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+    def call(self, method: str, *args: Any) -> Future:
+        """Queue the request `method(*args)`; the future resolves to its result."""
+        return self._submit(getattr(self, method), *args)
+
+    def _submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         """Queue `fn(*args)` to run on this peer's worker thread."""
         future: Future = Future()
         if not self._alive:
@@ -121,6 +126,10 @@ class StagePeer:
             self._updater.shutdown(wait=True)
 
     # -- requests (run on the worker thread) --------------------------------------------------
+    def set_delay(self, seconds: float) -> None:
+        """Add `seconds` to every data request from now on (0 restores full speed)."""
+        self.delay = float(seconds)
+
     def _slow_down(self) -> None:
         """The artificial delay of a slowed-down peer, on data requests only (not on syncs)."""
         if self.delay:
@@ -128,7 +137,11 @@ class StagePeer:
 
     def _decode(self, x: torch.Tensor | Encoded) -> torch.Tensor:
         """A tensor as received: decoded if it came through a wire codec (token ids come raw)."""
-        return self._codec(x.codec).decode(x) if isinstance(x, Encoded) else x
+        return (self._codec(x.codec).decode(x.to(self.device)) if isinstance(x, Encoded) else x).to(self.device)
+
+    def _encode(self, codec: str, x: torch.Tensor) -> Encoded:
+        """`x` encoded for the wire, its payload in host memory (where sockets read it)."""
+        return self._codec(codec).encode(x).to("cpu")
 
     def _codec(self, name: str) -> Codec:
         if name not in self._codecs:
@@ -141,7 +154,7 @@ class StagePeer:
         x = self._decode(x)
         if not keep:
             with torch.no_grad():
-                return self._codec(codec).encode(self.module(x))
+                return self._encode(codec, self.module(x))
         if not self.module.is_first:
             x = x.detach().requires_grad_(True)
         if self.cfg.activation_checkpointing:
@@ -152,7 +165,7 @@ class StagePeer:
             with torch.enable_grad():
                 out = self.module(x)
             self._stash[attempt] = (x, out)
-        return self._codec(codec).encode(out.detach())
+        return self._encode(codec, out.detach())
 
     def backward(self, attempt: int, grad_out: Encoded, accumulate: bool, samples: int, codec: str) -> Encoded | None:
         """Backpropagate `grad_out` through the stashed microbatch; accumulate if asked."""
@@ -162,7 +175,7 @@ class StagePeer:
             with torch.enable_grad():
                 out = self.module(x)
         grad_x = self._grads(x, out, self._decode(grad_out), accumulate, samples)
-        return None if grad_x is None else self._codec(codec).encode(grad_x)
+        return None if grad_x is None else self._encode(codec, grad_x)
 
     def loss(self, attempt: int, x: torch.Tensor | Encoded, targets: torch.Tensor, scale: float,
              accumulate: bool, samples: int, codec: str) -> tuple[float, Encoded | None]:
@@ -173,9 +186,9 @@ class StagePeer:
             x = x.detach().requires_grad_(True)
         with torch.enable_grad():
             logits = self.module(x)  # (B, T, vocab)
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum") * scale
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.to(self.device).flatten(), reduction="sum") * scale
         grad_x = self._grads(x, loss, None, accumulate, samples)
-        return float(loss.detach()), None if grad_x is None else self._codec(codec).encode(grad_x)
+        return float(loss.detach()), None if grad_x is None else self._encode(codec, grad_x)
 
     def _grads(self, x: torch.Tensor, out: torch.Tensor, grad_out: torch.Tensor | None,
                accumulate: bool, samples: int) -> torch.Tensor | None:
@@ -217,7 +230,7 @@ class StagePeer:
 
     def _step(self, params: list[torch.Tensor], grads: list[torch.Tensor], step: int) -> None:
         for p, g in zip(params, grads):
-            p.grad = g.clone()
+            p.grad = g.to(p.device, copy=True)
         apply_step(self.optimizer, step, self.cfg)
         for p in params:
             p.grad = None
@@ -229,6 +242,11 @@ class StagePeer:
         with torch.no_grad():
             for p, s in zip(self.params, self.shadow):
                 p.copy_(s)
+
+    def ensure_diloco(self, sync: SyncConfig) -> None:
+        """Start DiLoCo unless the state this peer loaded already carries its outer state."""
+        if self.outer is None:
+            self.enter_diloco(sync)
 
     def enter_diloco(self, sync: SyncConfig) -> None:
         """Start DiLoCo: the current parameters become the stage's global parameters."""
@@ -252,7 +270,7 @@ class StagePeer:
 
     def outer_step(self, delta: list[torch.Tensor]) -> None:
         """Apply the stage's averaged pseudo-gradient; restart from the new global parameters."""
-        self.outer.outer_step(delta, self.params)
+        self.outer.outer_step([d.to(self.device) for d in delta], self.params)
         if self.outer.cfg.inner_state == "reset":
             self.optimizer = make_optimizer(self.params, self.cfg)
 

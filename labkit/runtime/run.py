@@ -164,7 +164,7 @@ class Run:
         target = self._swarm_or_raise().peer(peer)
         if target is None:
             raise KeyError(f"no live peer named {peer!r}")
-        target.delay = float(seconds)
+        target.set_delay(seconds)
 
     def set_compression(self, codec: str) -> None:
         """Switch the wire codec of activations and their gradients (fp32, fp16, bf16, int8) now."""

@@ -74,8 +74,8 @@ class InProcessSwarm(Membership):
         for stage, count in enumerate(cfg.peers_per_stage):
             for _ in range(count):
                 name = self._spawn(stage, self.snapshots[stage])
-                if cfg.sync.mode == "diloco" and self._peers[name].outer is None:
-                    self._peers[name].enter_diloco(cfg.sync)
+                if cfg.sync.mode == "diloco":
+                    self._peers[name].call("ensure_diloco", cfg.sync).result()
         self.trainers = [Trainer(f"t{i}", self) for i in range(cfg.trainers)]
 
     # -- time and events ---------------------------------------------------------------------
@@ -172,7 +172,7 @@ class InProcessSwarm(Membership):
                 self._switch(self.live(stage), decision.switch_to)
             survivors = self.live(stage)
             for p in survivors:
-                p.submit(p.drop_stash)
+                p.call("drop_stash")
             states = [st for st in self._gather("state", [(p, ()) for p in survivors[:1]]) if st is not None]
             if states:
                 self.snapshots[stage] = states[0]
@@ -206,7 +206,7 @@ class InProcessSwarm(Membership):
     def _gather(self, method: str, calls: list[tuple[StagePeer, tuple]]) -> list[Any]:
         """Call `method` with each peer's arguments; evict a peer that fails or exceeds
         `peer_timeout`, leaving None in its place."""
-        futures = [(p, p.submit(getattr(p, method), *args)) for p, args in calls]
+        futures = [(p, p.call(method, *args)) for p, args in calls]
         results = []
         for p, f in futures:
             try:
@@ -272,10 +272,7 @@ class InProcessSwarm(Membership):
         self.evaluator = Evaluator(self.cfg, self._val, self.bounds)
         for name, old in list(self._peers.items()):
             old.close()
-            peer = StagePeer(name, old.stage, self._build(old.stage, self.snapshots[old.stage]["params"]), self.cfg)
-            peer.load_state(self.snapshots[old.stage])
-            peer.delay = old.delay
-            self._peers[name] = peer
+            self._peers[name] = self._make_peer(name, old.stage, self.snapshots[old.stage], delay=old.delay)
 
     def set_compression(self, codec: str) -> None:
         """Use `codec` for every hop from now on (a microbatch in flight may mix codecs; each

@@ -99,7 +99,7 @@ class Trainer:
                     raise StageEmpty(stage)
             server = self.swarm.peer(target)
             start = time.perf_counter()
-            future = None if server is None else server.submit(getattr(server, method), task.attempt, *args)
+            future = None if server is None else server.call(method, task.attempt, *args)
             try:
                 if future is None:
                     raise LookupError(target)

@@ -49,6 +49,10 @@ class Encoded:
         """Exact bytes of payload data that go on the wire."""
         return sum(t.numel() * t.element_size() for t in self.payload)
 
+    def to(self, device: torch.device | str) -> Encoded:
+        """The same encoding with its payload on `device` (a GPU peer sends from host memory)."""
+        return Encoded(self.codec, tuple(t.to(device) for t in self.payload), self.shape, self.dtype)
+
 
 class Codec(ABC):
     """Turns a tensor into an `Encoded` and back; decode restores the original shape and dtype."""
