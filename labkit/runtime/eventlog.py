@@ -23,6 +23,7 @@ class EventLog:
     def __init__(self, path: Path | None = None, keep: int = 200_000) -> None:
         self._lock = threading.Lock()
         self._history: deque[Event] = deque(maxlen=keep)
+        self._count = 0  # events emitted so far: the index the next one gets
         self._subscribers: list[queue.Queue[Event]] = []
         self.listeners: list[Callable[[Event], None]] = []  # called with every event, in order
         self._file = open(path, "a", encoding="utf-8") if path else None
@@ -31,6 +32,7 @@ class EventLog:
         """Record one event and hand it to every subscriber."""
         with self._lock:
             self._history.append(event)
+            self._count += 1
             for listener in self.listeners:
                 listener(event)
             for q in self._subscribers:
@@ -54,6 +56,13 @@ class EventLog:
         """Events so far (the last `keep`), optionally only of one type."""
         with self._lock:
             return [e for e in self._history if kind is None or e["type"] == kind]
+
+    def since(self, index: int) -> tuple[list[Event], int]:
+        """Events numbered `index` onward that are still in the history, and the next index
+        (a reader that polls with the returned index sees every event once)."""
+        with self._lock:
+            first = self._count - len(self._history)
+            return list(self._history)[max(0, index - first):], self._count
 
     def close(self) -> None:
         with self._lock:

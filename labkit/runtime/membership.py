@@ -13,9 +13,16 @@ from typing import Any
 import torch
 
 from labkit import events
-from labkit.model import Stage, boundary_spec, build_stage
+from labkit.config import RunConfig
+from labkit.model import Stage, boundary_spec, build_stage, stage_bounds
 from labkit.runtime.peer import StagePeer
 from labkit.swarm.rebalance import choose_move, join_stage
+
+
+def stage_module(cfg: RunConfig, stage: int, params: dict[str, torch.Tensor]) -> Stage:
+    """Stage `stage` of `cfg`'s model under its layer split, holding `params`."""
+    first, count = stage_bounds(cfg.layer_split)[stage]
+    return build_stage(cfg.model, first, count, params, boundary_spec(cfg.compression, stage, cfg.stages))
 
 
 class Membership:
@@ -36,24 +43,26 @@ class Membership:
         with self._lock:
             return sorted((p for p in self._peers.values() if p.stage == stage), key=lambda p: p.name)
 
-    def _spawn(self, stage: int, state: dict[str, Any]) -> str:
+    def _spawn(self, stage: int, state: dict[str, Any], source: Any = None) -> str:
         name = f"s{stage}p{self._counter[stage]}"
         self._counter[stage] += 1
-        self._peers[name] = self._make_peer(name, stage, state)
+        self._peers[name] = self._make_peer(name, stage, state, source=source)
         self._epochs[name] = 0
         self.emit(events.peer(self.clock(), peer=name, stage=stage, state="joined", queue=0))
         return name
 
-    def _make_peer(self, name: str, stage: int, state: dict[str, Any], delay: float = 0.0) -> StagePeer:
-        """A running peer of `stage` holding `state` (the backend decides where it runs)."""
+    def _make_peer(self, name: str, stage: int, state: dict[str, Any], delay: float = 0.0, source: Any = None) -> StagePeer:
+        """A running peer of `stage` holding `state`, or the state it downloads from the live
+        neighbour `source` (the backend decides where the peer runs)."""
+        if source is not None:
+            state = source.call("state").result()
         peer = StagePeer(name, stage, self._build(stage, state["params"]), self.cfg)
         peer.load_state(state)
         peer.set_delay(delay)
         return peer
 
     def _build(self, stage: int, params: dict[str, torch.Tensor]) -> Stage:
-        first, count = self.bounds[stage]
-        return build_stage(self.cfg.model, first, count, params, boundary_spec(self.cfg.compression, stage, self.num_stages))
+        return stage_module(self.cfg, stage, params)
 
     # -- verbs -------------------------------------------------------------------------------
     def add_peer(self, stage: int | None = None) -> str:
@@ -64,8 +73,7 @@ class Membership:
             if not (isinstance(stage, int) and 0 <= stage < self.num_stages):
                 raise ValueError(f"stage={stage!r} is not allowed: an integer in [0, {self.num_stages - 1}] or None")
             neighbours = self.live(stage)
-            state = neighbours[0].call("state").result() if neighbours else self.snapshots[stage]
-            name = self._spawn(stage, state)
+            name = self._spawn(stage, self.snapshots[stage], source=neighbours[0] if neighbours else None)
             if stage in self._paused:
                 self._paused.discard(stage)
                 if not self._paused:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from labkit import events
 from labkit.config import WIRE_CODECS, RunConfig, SyncConfig
@@ -25,19 +26,44 @@ from labkit.runtime.eventlog import EventLog
 from labkit.runtime.swarm import InProcessSwarm
 from labkit.runtime.totals import RunTotals
 
-BACKENDS = ("inprocess",)
+BACKENDS = ("inprocess", "dask")
+
+
+class Snapshot(NamedTuple):
+    """The committed state at one step boundary: what a checkpoint file holds."""
+
+    config: RunConfig  # with the layer split and sync mode in force
+    step: int
+    stages: list[dict[str, Any]]
+
+    def save(self, path: str | Path) -> Path:
+        return save_checkpoint(path, self.config, self.step, self.stages)
+
+
+def resumed_config(cfg: RunConfig, checkpoint: dict[str, Any] | None) -> RunConfig:
+    """`cfg` continuing with the layer split and sync mode the checkpointed run had."""
+    if checkpoint is None:
+        return cfg
+    saved = RunConfig.from_dict(checkpoint["config"])
+    return cfg.replace(layer_split=saved.layer_split, sync=saved.sync)
+
+
+SwarmFactory = Callable[[RunConfig, EventLog, "dict[str, Any] | None"], InProcessSwarm]
 
 
 class Run:
-    """A live training run: events, state, and the verbs that steer it."""
+    """A live training run: events, state, and the verbs that steer it.
 
-    def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None) -> None:
+    `swarm_factory` builds the executor (default: peers and trainers as threads of this process);
+    the Dask backend passes one whose peers and trainers live on cluster workers."""
+
+    def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | dict | None = None,
+                 swarm_factory: SwarmFactory = InProcessSwarm) -> None:
         self.config = cfg
         self.run_dir = Path(run_dir) if run_dir is not None else None
-        self._resume = load_checkpoint(resume, cfg) if resume is not None else None
-        if self._resume is not None:  # continue with the layer split and sync mode the run had
-            saved = RunConfig.from_dict(self._resume["config"])
-            cfg = self.config = cfg.replace(layer_split=saved.layer_split, sync=saved.sync)
+        self._swarm_factory = swarm_factory
+        self._resume = resume if isinstance(resume, dict) or resume is None else load_checkpoint(resume, cfg)
+        cfg = self.config = resumed_config(cfg, self._resume)
         if self.run_dir:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
@@ -48,7 +74,7 @@ class Run:
         self._ready = threading.Event()
         self._done = threading.Event()
         self._summary: dict[str, Any] = {}
-        self._checkpoints: list[tuple[Path, Future]] = []
+        self._snapshots: list[Future] = []  # snapshot() requests, served at the next step boundary
         self._stop = threading.Event()  # stop() was called
         self._final = False  # the run has ended: checkpoints are taken at once, of the final state
         self._lock = threading.Lock()
@@ -59,7 +85,7 @@ class Run:
     # -- life cycle ----------------------------------------------------------------------------
     def _main(self) -> None:
         try:
-            swarm = InProcessSwarm(self.config, self.events, self._resume)
+            swarm = self._swarm_factory(self.config, self.events, self._resume)
             swarm.step_hooks.append(self._on_step)
             self._swarm = swarm
             self._ready.set()
@@ -83,17 +109,14 @@ class Run:
         if self._swarm.schedule.inner != 0:
             return
         with self._lock:
-            pending, self._checkpoints = self._checkpoints, []
-        for path, future in pending:
-            try:
-                future.set_result(self._save(path, step))
-            except Exception as exc:
-                future.set_exception(exc)
+            pending, self._snapshots = self._snapshots, []
+        for future in pending:
+            future.set_result(self._capture(step))
 
-    def _save(self, path: Path, step: int) -> Path:
-        """Checkpoint the committed state, with the layer split and sync mode in force."""
+    def _capture(self, step: int) -> Snapshot:
+        """The committed state, with the layer split and sync mode in force."""
         swarm = self._swarm
-        return save_checkpoint(path, swarm.cfg.replace(sync=swarm.schedule.cfg), step, swarm.snapshots)
+        return Snapshot(swarm.cfg.replace(sync=swarm.schedule.cfg), step, list(swarm.snapshots))
 
     def _finish(self, swarm: InProcessSwarm) -> None:
         if swarm.error is not None:
@@ -107,11 +130,11 @@ class Run:
         if swarm.error is not None:
             self._summary["error"] = f"{type(swarm.error).__name__}: {swarm.error}"
         with self._lock:  # requests no boundary will serve any more get the final state
-            pending, self._checkpoints, self._final = self._checkpoints, [], True
-        for path, future in pending:
-            future.set_result(self._save(path, swarm.ledger.step))
+            pending, self._snapshots, self._final = self._snapshots, [], True
+        for future in pending:
+            future.set_result(self._capture(swarm.ledger.step))
         if self.run_dir:
-            self._summary["checkpoint"] = str(self._save(self.run_dir / "checkpoint.pt", swarm.ledger.step))
+            self._summary["checkpoint"] = str(self._capture(swarm.ledger.step).save(self.run_dir / "checkpoint.pt"))
             (self.run_dir / "summary.json").write_text(json.dumps(self._summary, indent=2))
         self.events.emit(events.run(swarm.clock(), state=status if status != "failed" else "failed", reason=self._summary.get("error", "")))
 
@@ -177,15 +200,19 @@ class Run:
         self.config.replace(sync=sync)  # the config's own rules: a SyncConfig, DiLoCo without delayed updates
         self._swarm_or_raise().set_sync(sync)
 
-    def checkpoint(self, path: str | Path) -> Future:
-        """Save the whole run at the next step boundary; the future resolves to the path."""
+    def snapshot(self) -> Future:
+        """The committed state at the next step boundary (the final state once the run ended)."""
         future: Future = Future()
         with self._lock:
             if self._final:
-                future.set_result(self._save(Path(path), self._swarm.ledger.step))
+                future.set_result(self._capture(self._swarm.ledger.step))
             else:
-                self._checkpoints.append((Path(path), future))
+                self._snapshots.append(future)
         return future
+
+    def checkpoint(self, path: str | Path) -> Future:
+        """Save the whole run at the next step boundary; the future resolves to the path."""
+        return _then(self.snapshot(), lambda snap: snap.save(path))
 
     def state(self) -> dict[str, Any]:
         """A snapshot: step, last loss, paused stages, and every stage's peers with queue lengths."""
@@ -205,15 +232,38 @@ class Run:
         return dict(self._summary)
 
 
-def launch(config: RunConfig, *, backend: str = "inprocess", run_dir: str | Path | None = None,
-           resume: str | Path | None = None) -> Run:
+def _then(future: Future, fn: Callable[[Any], Any]) -> Future:
+    """A future of `fn(result)`, which runs when `future` resolves (its error propagates)."""
+    out: Future = Future()
+
+    def done(f: Future) -> None:
+        try:
+            out.set_result(fn(f.result()))
+        except Exception as exc:
+            out.set_exception(exc)
+
+    future.add_done_callback(done)
+    return out
+
+
+def launch(config: RunConfig, *, backend: str = "inprocess", scheduler: str | None = None,
+           run_dir: str | Path | None = None, resume: str | Path | None = None) -> Run:
     """Start a run in the background and return its handle at once.
 
-    backend: "inprocess" (threads in this process). run_dir: where to write events.jsonl,
-    summary.json and the final checkpoint. resume: a checkpoint to continue from.
+    backend: "inprocess" (threads in this process) or "dask" (every peer and trainer an actor on
+    its own worker of a Dask cluster). scheduler: with "dask", the address of a running
+    `dask scheduler` (None: an embedded LocalCluster of worker processes on this machine).
+    run_dir: where to write events.jsonl, summary.json and the final checkpoint. resume: a
+    checkpoint to continue from.
     """
     if not isinstance(config, RunConfig):
         raise TypeError(f"config={config!r} is not allowed: a labkit.RunConfig")
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not allowed: one of {list(BACKENDS)}")
+    if backend == "dask":
+        from labkit.runtime.cluster.run import ClusterRun
+
+        return ClusterRun(config, run_dir=run_dir, resume=resume, scheduler=scheduler)
+    if scheduler is not None:
+        raise ValueError(f"scheduler={scheduler!r} is not allowed with backend='inprocess': a scheduler address needs backend='dask'")
     return Run(config, run_dir=run_dir, resume=resume)

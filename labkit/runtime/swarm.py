@@ -76,7 +76,11 @@ class InProcessSwarm(Membership):
                 name = self._spawn(stage, self.snapshots[stage])
                 if cfg.sync.mode == "diloco":
                     self._peers[name].call("ensure_diloco", cfg.sync).result()
-        self.trainers = [Trainer(f"t{i}", self) for i in range(cfg.trainers)]
+        self.trainers = self._make_trainers()
+
+    def _make_trainers(self) -> list[Trainer]:
+        """The trainers (threads here; the Dask backend starts them on workers)."""
+        return [Trainer(f"t{i}", self) for i in range(self.cfg.trainers)]
 
     # -- time and events ---------------------------------------------------------------------
     def clock(self) -> float:
@@ -87,11 +91,11 @@ class InProcessSwarm(Membership):
         self.log.emit(event)
 
     def start(self) -> None:
-        """Start the trainer threads (peers start on construction)."""
+        """Start the trainers (peers start on construction)."""
         self.emit(events.run(self.clock(), state="started", reason=self.corpus_description))
         self.evaluate()
         for trainer in self.trainers:
-            trainer.thread.start()
+            trainer.start()
         if self.cfg.rebalance_period:
             threading.Thread(target=self._rebalance_loop, name="rebalancer", daemon=True).start()
 
@@ -298,7 +302,6 @@ class InProcessSwarm(Membership):
         """Wait for the trainers to end, then stop the peers."""
         deadline = None if timeout is None else time.monotonic() + timeout
         for trainer in self.trainers:
-            if trainer.thread.is_alive():
-                trainer.thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            trainer.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         for p in list(self._peers.values()):
             p.close()

@@ -54,6 +54,13 @@ class Trainer:
         self._seen: dict[str, tuple[int, int]] = {}  # peer -> (stage, announce epoch) last synced
         self.thread = threading.Thread(target=self._loop, name=f"trainer-{name}", daemon=True)
 
+    def start(self) -> None:
+        self.thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until the trainer's loop has ended (the swarm stopped handing out microbatches)."""
+        self.thread.join(timeout)
+
     def _sync_router(self, reannounce_stage: int | None = None) -> None:
         """Mirror the swarm's registry: add, move or un-ban re-announced peers; drop departed ones.
 

@@ -1,0 +1,177 @@
+"""The Dask actors of a run: one per peer, one per trainer, and the coordinator.
+
+Requests are `async def` methods: an actor runs sync methods on one thread per worker, where a
+long call would block every other, while async ones only await work done on the peer's own
+thread. Each peer announces itself in the DHT as soon as it exists and then every
+`ANNOUNCE_PERIOD` seconds until it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+from distributed import get_client, get_worker
+from distributed.actor import Actor
+
+from labkit.config import RunConfig
+from labkit.runtime.cluster.client import SwarmClient
+from labkit.runtime.cluster.dht import ANNOUNCE_PERIOD, StageDirectory, node_for
+from labkit.runtime.cluster.remote import peer_actor
+from labkit.runtime.membership import stage_module
+from labkit.runtime.peer import StagePeer
+from labkit.runtime.trainer import Trainer
+
+DATA_REQUESTS = ("forward", "backward", "loss")  # what the throughput EMA measures
+EMA_GAMMA = 0.9
+
+
+def gpu_worker() -> bool:
+    """Whether this worker was started with a GPU resource (`dask worker ... --resources GPU=1`)."""
+    return get_worker().state.total_resources.get("GPU", 0) > 0
+
+
+def _to_host(obj: Any) -> Any:
+    """`obj` with every tensor in host memory (what a GPU peer sends back)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return {k: _to_host(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_host(v) for v in obj)
+    return obj
+
+
+class PeerActor:
+    """One peer of one stage on this worker: a `StagePeer` (on `cuda` on a GPU worker) that
+    announces its address, queue length, samples and throughput EMA in the DHT.
+
+    It starts from `state`, or downloads the state from the live neighbour whose actor is at
+    `source` = (worker address, actor key), worker to worker."""
+
+    def __init__(self, run_id: str, key: str, name: str, stage: int, cfg: RunConfig, state: dict[str, Any] | None,
+                 delay: float, dht_peers: list[str], source: tuple[str, str] | None = None) -> None:
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        if source is not None:
+            state = peer_actor(*source).call("state").result()
+        device = "cuda" if gpu_worker() and torch.cuda.is_available() else "cpu"
+        self.peer = StagePeer(name, stage, stage_module(cfg, stage, state["params"]), cfg, device)
+        self.peer.load_state(state)
+        self.peer.set_delay(delay)
+        self._record = {"address": get_worker().address, "key": key, "device": device}
+        self._ema = 0.0  # seconds per data request, smoothed
+        self._directory = StageDirectory(node_for(run_id, dht_peers), run_id, cfg.stages)
+        self._stopped = threading.Event()
+        self._announce()
+        threading.Thread(target=self._announce_loop, name=f"announce-{name}", daemon=True).start()
+
+    def _announce(self) -> None:
+        p = self.peer
+        self._directory.announce(p.name, p.stage, {**self._record, "queue": p.queue_length, "samples": p.samples,
+                                                   "ema_seconds": self._ema})
+
+    def _announce_loop(self) -> None:
+        while not self._stopped.wait(ANNOUNCE_PERIOD):
+            try:
+                self._announce()
+            except Exception:  # a DHT hiccup: the record lives until its expiration; try again
+                continue
+
+    async def call(self, method: str, *args: Any) -> Any:
+        """Run one request on the peer's thread (queued behind the others) and return its result."""
+        start = time.perf_counter()
+        result = await asyncio.wrap_future(self.peer.call(method, *args))
+        if method in DATA_REQUESTS:
+            seconds = time.perf_counter() - start
+            self._ema = seconds if not self._ema else EMA_GAMMA * self._ema + (1 - EMA_GAMMA) * seconds
+        return result if self.peer.device.type == "cpu" else _to_host(result)
+
+    async def stop(self, crash: bool) -> None:
+        """Leave the swarm: crash (drop everything at once) or close after the queued requests."""
+        self._stopped.set()
+        if crash:
+            self.peer.kill()
+        else:
+            await asyncio.get_running_loop().run_in_executor(None, self.peer.close)
+        self._directory.withdraw(self.peer.name, self.peer.stage)
+
+
+class TrainerActor:
+    """One trainer on this worker, running the in-process `Trainer` loop against the coordinator."""
+
+    def __init__(self, run_id: str, name: str, cfg: RunConfig, coordinator: tuple[str, str], dht_peers: list[str],
+                 t0: float) -> None:
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.client = SwarmClient(run_id, cfg, Actor(CoordinatorActor, *coordinator), dht_peers, t0)
+        self.trainer = Trainer(name, self.client)
+        self.trainer.start()
+
+    async def running(self) -> bool:
+        alive = self.trainer.thread.is_alive()
+        if not alive:
+            self.client.close()
+        return alive
+
+
+# The run-handle verbs the driver may call on the coordinator, and the swarm calls trainers make.
+RUN_VERBS = ("state", "stop", "kill_peer", "add_peer", "move_peer", "rebalance", "set_layer_split",
+             "set_peer_delay", "set_compression", "set_sync", "summary", "wait")
+TRAINER_CALLS = ("stage_empty", "peer_timed_out", "peer_failed", "fail")
+
+
+class CoordinatorActor:
+    """The run on a worker: a `Run` whose swarm places peers and trainers on other workers.
+
+    It keeps the step ledger, the step boundary and the event log; the driver polls events and
+    forwards verbs; trainers take microbatches and report hops here."""
+
+    def __init__(self, run_id: str, key: str, cfg: RunConfig, resume: dict[str, Any] | None, host: str) -> None:
+        from labkit.runtime.cluster.swarm import ClusterSwarm
+        from labkit.runtime.run import Run
+
+        self._pool = ThreadPoolExecutor(cfg.trainers + 16, thread_name_prefix="coordinator")
+        client, here = get_client(), get_worker().address
+
+        def swarm(c: RunConfig, log: Any, r: dict[str, Any] | None) -> ClusterSwarm:
+            return ClusterSwarm(c, log, r, client=client, run_id=run_id, coordinator=(here, key), host=host)
+
+        self.run = Run(cfg, resume=resume, swarm_factory=swarm)
+
+    async def _off(self, fn: Any, *args: Any) -> Any:
+        """Run a (possibly blocking) call on the coordinator's pool, not the worker's event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def verb(self, name: str, *args: Any) -> Any:
+        if name not in RUN_VERBS:
+            raise ValueError(f"verb={name!r} is not allowed: one of {list(RUN_VERBS)}")
+        return await self._off(getattr(self.run, name), *args)
+
+    async def done(self) -> bool:
+        return self.run.done
+
+    async def events_since(self, index: int) -> tuple[list[dict[str, Any]], int]:
+        return self.run.events.since(index)
+
+    async def snapshot(self) -> Any:
+        return await asyncio.wrap_future(self.run.snapshot())
+
+    async def next_task(self) -> tuple[Any, str]:
+        swarm = await self._off(self.run._swarm_or_raise)
+        return await self._off(swarm.next_task), swarm.codec
+
+    async def finish(self, task: Any, credits: dict[int, str], loss: float | None, hops: list[dict[str, Any]]) -> None:
+        swarm = self.run._swarm_or_raise()
+        for event in hops:
+            swarm.emit(event)
+        await self._off(swarm.finish, task, credits, loss)
+
+    async def trainer_call(self, name: str, *args: Any) -> Any:
+        if name not in TRAINER_CALLS:
+            raise ValueError(f"call={name!r} is not allowed: one of {list(TRAINER_CALLS)}")
+        return await self._off(getattr(self.run._swarm_or_raise(), name), *args)

@@ -1,0 +1,107 @@
+"""Peer discovery and load publication over a hivemind DHT.
+
+Every peer stores one record under its stage's key — subkey its name, value its actor's worker
+address and key, its throughput EMA, queue length and accumulated samples — with an expiration,
+and refreshes it every `ANNOUNCE_PERIOD` seconds. Trainers read the stage keys to find peers; the
+coordinator reads them to see queue lengths (Algorithm 2) and peers that stopped announcing. A
+peer that leaves on purpose is overwritten by a newer tombstone, so it vanishes at once instead
+of after its expiration.
+
+The node runs `hivemind.DHTNode` on an event-loop thread of this process: `hivemind.DHT` would
+start a child process, which Dask's daemonic worker processes may not do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from hivemind.utils.timed_storage import get_dht_time
+from hivemind.dht.node import DHTNode
+
+ANNOUNCE_PERIOD = 1.0  # seconds between a peer's refreshes
+ANNOUNCE_TTL = 8.0  # a record expires this long after its refresh: a silent peer is gone by then
+_TIMEOUT = 30.0  # seconds a DHT operation may take before it is an error
+
+
+class DhtNode:
+    """One hivemind DHT node, listening on `host` (loopback unless configured otherwise)."""
+
+    def __init__(self, initial_peers: list[str], host: str = "127.0.0.1") -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="labkit-dht", daemon=True)
+        self._thread.start()
+        self._node: DHTNode = self._run(DHTNode.create(initial_peers=initial_peers, host_maddrs=[f"/ip4/{host}/tcp/0"],
+                                                       cache_locally=False, cache_on_store=False))
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(_TIMEOUT)
+
+    def maddrs(self) -> list[str]:
+        """Addresses other nodes join through."""
+        return [str(a) for a in self._run(self._node.get_visible_maddrs())]
+
+    def store(self, key: str, subkey: str, value: Any, ttl: float) -> bool:
+        return self._run(self._node.store(key, value, get_dht_time() + ttl, subkey=subkey))
+
+    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """For each key, its live subkeys' latest values."""
+        found = self._run(self._node.get_many(keys, sufficient_expiration_time=float("inf")))
+        out: dict[str, dict[str, Any]] = {}
+        for key in keys:
+            entry = found.get(key)
+            records = entry.value if entry is not None and isinstance(entry.value, dict) else {}
+            out[key] = {sub: v.value for sub, v in records.items()}
+        return out
+
+    def shutdown(self) -> None:
+        try:
+            self._run(self._node.shutdown())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+
+
+class StageDirectory:
+    """The stage keys of one run: announce, withdraw and discover peers."""
+
+    def __init__(self, node: DhtNode, run_id: str, stages: int) -> None:
+        self.node, self.run_id, self.stages = node, run_id, stages
+
+    def _key(self, stage: int) -> str:
+        return f"labkit/{self.run_id}/stage{stage}"
+
+    def announce(self, name: str, stage: int, info: dict[str, Any]) -> bool:
+        """Publish (or refresh) `name` as a live peer of `stage` for `ANNOUNCE_TTL` seconds."""
+        return self.node.store(self._key(stage), name, {"stage": stage, **info}, ANNOUNCE_TTL)
+
+    def withdraw(self, name: str, stage: int) -> bool:
+        """Replace `name`'s record with a tombstone that outlives it."""
+        return self.node.store(self._key(stage), name, {"stage": stage, "gone": True}, ANNOUNCE_TTL * 2)
+
+    def discover(self) -> dict[str, dict[str, Any]]:
+        """Live peers of every stage: name -> their latest record."""
+        found = self.node.get_many([self._key(s) for s in range(self.stages)])
+        return {name: info for records in found.values() for name, info in records.items() if not info.get("gone")}
+
+
+_NODES: dict[str, DhtNode] = {}
+_NODES_LOCK = threading.Lock()
+
+
+def node_for(run_id: str, initial_peers: list[str], host: str = "127.0.0.1") -> DhtNode:
+    """This process's DHT node for run `run_id`, started on first use (peers, trainers and the
+    coordinator that share a worker process share its node)."""
+    with _NODES_LOCK:
+        if run_id not in _NODES:
+            _NODES[run_id] = DhtNode(initial_peers, host)
+        return _NODES[run_id]
+
+
+def release(run_id: str) -> None:
+    """Shut down this process's node of run `run_id`, if it has one."""
+    with _NODES_LOCK:
+        node = _NODES.pop(run_id, None)
+    if node is not None:
+        node.shutdown()

@@ -1,0 +1,80 @@
+"""Handles on peers that live in other processes, shaped like the in-process `StagePeer`.
+
+`RemotePeer.call` sends a request to the peer's Dask actor — worker to worker, straight from
+the caller's process — and returns a `concurrent.futures.Future`, so the trainer and the step
+boundary code drive remote and in-process peers the same way. Queue length and sample counts
+are what the peer last published to the DHT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from distributed.actor import Actor
+
+# Enough threads for every request one process has outstanding at once (a trainer has one; the
+# coordinator's step boundary has one per peer).
+_CALLS = ThreadPoolExecutor(64, thread_name_prefix="labkit-call")
+
+
+def peer_actor(address: str, key: str) -> Actor:
+    """A handle on the peer actor `key` on the worker at `address` (what the DHT announces)."""
+    from labkit.runtime.cluster.actors import PeerActor
+
+    return Actor(PeerActor, address, key)
+
+
+class RemotePeer:
+    """A peer of `stage` served by the actor `actor`; `announced` reads its latest DHT record.
+
+    The handle that started the actor passes its future as `owner`: the actor lives while the
+    handle holds it, until the peer stops."""
+
+    def __init__(self, name: str, stage: int, actor: Actor, announced: Callable[[str], dict[str, Any]] | None = None,
+                 on_kill: Callable[[RemotePeer], None] | None = None, delay: float = 0.0, owner: Any = None) -> None:
+        self.name, self.stage, self.actor = name, stage, actor
+        self.delay = delay
+        self._owner = owner
+        self._announced = announced or (lambda name: {})
+        self._on_kill = on_kill
+
+    @property
+    def address(self) -> str:
+        return self.actor._address
+
+    def call(self, method: str, *args: Any) -> Future:
+        """Queue `method(*args)` on the remote peer; the future resolves to its result."""
+        actor = self.actor
+        return _CALLS.submit(lambda: actor.call(method, *args).result())
+
+    @property
+    def queue_length(self) -> int:
+        return int(self._announced(self.name).get("queue", 0))
+
+    @property
+    def samples(self) -> int:
+        return int(self._announced(self.name).get("samples", 0))
+
+    def set_delay(self, seconds: float) -> None:
+        self.delay = float(seconds)
+        self.call("set_delay", seconds).result()
+
+    def kill(self) -> None:
+        """Crash the peer if its process still answers (it may be gone already); never blocks."""
+        if self._on_kill is not None:
+            self._on_kill(self)
+        _CALLS.submit(self._stop, True)
+
+    def close(self) -> None:
+        """Stop the peer after its queued requests (a clean shutdown)."""
+        self._stop(False)
+
+    def _stop(self, crash: bool) -> None:
+        try:
+            self.actor.stop(crash).result(30)
+        except Exception:  # its worker died meanwhile: nothing left to stop
+            pass
+        finally:
+            self._owner = None  # the actor is released

@@ -1,0 +1,201 @@
+"""The handle of a run on a Dask cluster: the same verbs and events as the in-process `Run`.
+
+The notebook (or CLI) process only holds this handle. The run itself — ledger, step boundary,
+peers, trainers — lives on the cluster's workers: a coordinator actor on one worker, each peer and
+trainer an actor on its own. The handle forwards verbs to the coordinator and polls its events
+into a local `EventLog` (and `run_dir/events.jsonl`); at the end it writes the summary and the
+final checkpoint locally.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from distributed import Client, LocalCluster
+
+from labkit import events
+from labkit.config import RunConfig, SyncConfig
+from labkit.runtime.checkpoint import load_checkpoint
+from labkit.runtime.cluster.actors import CoordinatorActor
+from labkit.runtime.cluster.swarm import START_TIMEOUT
+from labkit.runtime.eventlog import EventLog
+from labkit.runtime.run import resumed_config
+
+POLL_SECONDS = 0.2  # how often the handle fetches new events from the coordinator
+SPARE_WORKERS = 1  # an embedded cluster's workers beyond peers, trainers and coordinator: room for add_peer
+
+
+def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> tuple[Client, LocalCluster | None]:
+    """A client of the cluster at `scheduler`, or of a new embedded `LocalCluster` of worker
+    processes: one per peer and trainer, one for the coordinator and `SPARE_WORKERS` more."""
+    if scheduler is None:
+        workers = sum(cfg.peers_per_stage) + cfg.trainers + 1 + SPARE_WORKERS
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
+                               dashboard_address=f"{host}:0")
+        return Client(cluster), cluster
+    try:
+        return Client(scheduler, timeout=20), None
+    except OSError as exc:
+        raise ConnectionError(f"scheduler={scheduler!r} cannot be reached: {exc}; give the address `dask scheduler` "
+                              f"prints, like tcp://10.0.0.5:8786") from exc
+
+
+def _warm_up() -> None:
+    """Import what peers and trainers need (a worker's first torch import takes seconds)."""
+    import labkit.runtime.cluster.actors  # noqa: F401
+
+
+class ClusterRun:
+    """A live run on a Dask cluster: events, state, and the verbs of `labkit.Run`."""
+
+    def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
+                 scheduler: str | None = None, host: str = "127.0.0.1") -> None:
+        checkpoint = load_checkpoint(resume, cfg) if resume is not None else None
+        self.config = cfg = resumed_config(cfg, checkpoint)
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        if self.run_dir:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+        self.events = EventLog(self.run_dir / "events.jsonl" if self.run_dir else None)
+        self.run_id = uuid.uuid4().hex[:12]
+        self.dashboard_link: str | None = None
+        self._coordinator: Any = None
+        self._summary: dict[str, Any] = {}
+        self._ready, self._done, self._stop = threading.Event(), threading.Event(), threading.Event()
+        self._started = time.perf_counter()
+        self._thread = threading.Thread(target=self._main, args=(scheduler, checkpoint, host), name="labkit-run", daemon=True)
+        self._thread.start()
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def _main(self, scheduler: str | None, checkpoint: dict[str, Any] | None, host: str) -> None:
+        client = cluster = owner = None
+        try:
+            client, cluster = connect(scheduler, self.config, host)
+            self.dashboard_link = client.dashboard_link
+            client.run(_warm_up)  # every worker imports torch and labkit now, in parallel
+            workers = client.scheduler_info()["workers"]
+            worker = min(workers, key=lambda w: (workers[w].get("resources", {}).get("GPU", 0) > 0, w))
+            key = f"labkit-coordinator-{self.run_id}"
+            owner = client.submit(CoordinatorActor, self.run_id, key, self.config, checkpoint, host, key=key, actor=True,
+                                  workers=[worker], allow_other_workers=False)
+            self._coordinator = owner.result(START_TIMEOUT)
+            self._ready.set()
+            if self._stop.is_set():
+                self._coordinator.verb("stop").result()
+            self._follow()
+        except Exception as exc:
+            self._summary = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+            self.events.emit(events.run(time.perf_counter() - self._started, state="failed", reason=self._summary["error"]))
+        finally:
+            self._ready.set()
+            self.events.close()
+            if client is not None:
+                client.close()
+            if cluster is not None:
+                cluster.close()
+            self._done.set()
+
+    def _follow(self) -> None:
+        """Copy the coordinator's events here until the run ends; then keep its summary and
+        write the run directory."""
+        coordinator, index = self._coordinator, 0
+        while True:
+            done = coordinator.done().result(30)
+            batch, index = coordinator.events_since(index).result(30)
+            for event in batch:
+                self.events.emit(event)
+            if done:
+                break
+            time.sleep(POLL_SECONDS)
+        summary = coordinator.verb("summary").result(30)
+        if self.run_dir:
+            snapshot = coordinator.snapshot().result(120)
+            summary["checkpoint"] = str(snapshot.save(self.run_dir / "checkpoint.pt"))
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        self._summary = summary
+
+    def _verb(self, name: str, *args: Any) -> Any:
+        self._ready.wait()
+        if self._coordinator is None:
+            raise RuntimeError(f"the run failed to start: {self._summary.get('error')}")
+        return self._coordinator.verb(name, *args).result()
+
+    # -- verbs (the same as labkit.Run's) -------------------------------------------------------
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        """Block until the run ends (or `timeout` seconds pass); return the summary so far."""
+        self._done.wait(timeout)
+        return dict(self._summary)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def stop(self) -> None:
+        """Ask the run to stop after the microbatches in flight; returns at once."""
+        self._stop.set()
+        if self._coordinator is not None and not self._done.is_set():
+            self._coordinator.verb("stop")
+
+    def kill_peer(self, peer: str) -> None:
+        """Crash a peer: its queue and accumulated gradients are lost and recomputed elsewhere."""
+        self._verb("kill_peer", peer)
+
+    def add_peer(self, stage: int | None = None) -> str:
+        """Start a peer on a free worker, on `stage` (None: the stage the rebalancing rule picks)."""
+        return self._verb("add_peer", stage)
+
+    def move_peer(self, peer: str, stage: int) -> str:
+        """Move a peer to `stage` (it downloads that stage's state); returns its new name."""
+        return self._verb("move_peer", peer, stage)
+
+    def rebalance(self) -> str | None:
+        """Run one round of Algorithm 2 now; returns the moved peer's new name, or None."""
+        return self._verb("rebalance")
+
+    def set_layer_split(self, split: list[int] | tuple[int, ...]) -> None:
+        """Move blocks between stages at the next step boundary, with their optimizer state."""
+        self._verb("set_layer_split", list(split))
+
+    def set_peer_delay(self, peer: str, seconds: float) -> None:
+        """Slow a peer down by `seconds` per request."""
+        self._verb("set_peer_delay", peer, seconds)
+
+    def set_compression(self, codec: str) -> None:
+        """Switch the wire codec of activations and their gradients now."""
+        self._verb("set_compression", codec)
+
+    def set_sync(self, sync: SyncConfig) -> None:
+        """Switch each stage between SWARM all-reduce and DiLoCo at the next outer-step boundary."""
+        self._verb("set_sync", sync)
+
+    def checkpoint(self, path: str | Path) -> Future:
+        """Save the whole run here at the next step boundary; the future resolves to the path."""
+        future: Future = Future()
+
+        def save() -> None:
+            try:
+                self._ready.wait()
+                future.set_result(self._coordinator.snapshot().result().save(path))
+            except Exception as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=save, name="labkit-checkpoint", daemon=True).start()
+        return future
+
+    def state(self) -> dict[str, Any]:
+        """A snapshot: step, last loss, paused stages, and every stage's peers with queue lengths."""
+        if not self._ready.is_set() or self._coordinator is None:
+            return {"status": "failed" if self._done.is_set() else "starting", "step": 0, "stages": []}
+        if self._done.is_set():
+            return {"status": self._summary.get("status", "failed"), "step": self._summary.get("steps", 0), "stages": []}
+        return self._coordinator.verb("state").result()
+
+    def summary(self) -> dict[str, Any]:
+        """The end-of-run summary (empty while running)."""
+        return dict(self._summary)

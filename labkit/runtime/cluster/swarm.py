@@ -1,0 +1,177 @@
+"""The SWARM of a Dask run: the in-process swarm's ledger and step boundary, with every peer and
+trainer an actor on its own worker and the hivemind DHT as the registry.
+
+This object lives in the coordinator actor. It places peers on free workers (GPU workers
+first) and trainers on the rest, watches the DHT (peers that stop announcing are evicted; their
+queue lengths feed Algorithm 2), and gives every worker that joins the cluster mid-run a peer
+on the stage the join rule picks. The step-boundary average is the in-process one, run over the
+actors: each peer's gradient sum comes here, the stage's sum goes back (a star all-reduce, chosen
+by measurement over hivemind's DecentralizedAverager; see docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+from distributed import Client
+
+from labkit import events
+from labkit.config import RunConfig
+from labkit.runtime.cluster.actors import PeerActor, TrainerActor
+from labkit.runtime.cluster.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, StageDirectory, node_for, release
+from labkit.runtime.cluster.remote import RemotePeer
+from labkit.runtime.eventlog import EventLog
+from labkit.runtime.swarm import InProcessSwarm
+
+START_TIMEOUT = 120.0  # seconds a new actor may take to start (a worker's first torch import is slow)
+
+
+class NoFreeWorker(RuntimeError):
+    """The cluster has no worker left for a new peer."""
+
+
+class RemoteTrainer:
+    """A trainer actor on `worker`; `join` waits for its loop to end."""
+
+    def __init__(self, swarm: ClusterSwarm, name: str, worker: str) -> None:
+        self.swarm, self.name, self.worker = swarm, name, worker
+        self._future: Any = None
+
+    def start(self) -> None:
+        s = self.swarm
+        self._future = s.client.submit(TrainerActor, s.run_id, self.name, s.cfg, s.coordinator, s.dht_peers, s.t0_wall,
+                                       actor=True, workers=[self.worker], allow_other_workers=False,
+                                       key=f"labkit-trainer-{s.run_id}-{self.name}")
+
+    def join(self, timeout: float | None = None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while deadline is None or time.monotonic() < deadline:
+            try:
+                running = self._future.result(START_TIMEOUT).running().result(30)
+            except Exception:  # its worker died: the trainer is gone
+                running = False
+            if not running:
+                self._future = None  # releases the actor
+                return
+            time.sleep(0.2)
+
+
+class ClusterSwarm(InProcessSwarm):
+    """An `InProcessSwarm` whose peers and trainers are actors on the workers of `client`'s cluster."""
+
+    def __init__(self, cfg: RunConfig, log: EventLog, resume: dict[str, Any] | None, *, client: Client, run_id: str,
+                 coordinator: tuple[str, str], host: str) -> None:
+        self.client, self.run_id, self.coordinator = client, run_id, coordinator
+        self.t0_wall = time.time()
+        self.directory = StageDirectory(node_for(run_id, [], host), run_id, cfg.stages)
+        self.dht_peers = self.directory.node.maddrs()
+        self._announced: dict[str, dict[str, Any]] = {}
+        self._last_seen: dict[str, float] = {}
+        self._placed: dict[str, str] = {coordinator[0]: "coordinator"}  # worker address -> what runs there  # worker -> what runs there
+        self._initial_workers = set(self._workers())
+        self._watching = threading.Event()
+        super().__init__(cfg, log, resume)
+
+    # -- placement -----------------------------------------------------------------------------
+    def _workers(self) -> dict[str, dict[str, Any]]:
+        return self.client.scheduler_info()["workers"]
+
+    def _free_worker(self) -> str:
+        """A worker hosting nothing of this run: one that joined mid-run first, then GPU workers."""
+        workers = self._workers()
+        free = [w for w in workers if w not in self._placed]
+        if not free:
+            raise NoFreeWorker(f"no free Dask worker for a new peer: all {len(workers)} workers host a peer, a trainer "
+                               f"or the coordinator of this run; start another `dask worker` (with --resources GPU=1 "
+                               f"on a GPU host) or use fewer peers")
+        return min(free, key=lambda w: (w in self._initial_workers, workers[w].get("resources", {}).get("GPU", 0) <= 0, w))
+
+    def _make_trainers(self) -> list[RemoteTrainer]:
+        """One trainer per free worker (CPU workers first); with too few, they share the coordinator's."""
+        workers = self._workers()
+        free = sorted((w for w in workers if w not in self._placed), key=lambda w: (workers[w].get("resources", {}).get("GPU", 0) > 0, w))
+        coordinator = next(w for w, what in self._placed.items() if what == "coordinator")
+        trainers = []
+        for i in range(self.cfg.trainers):
+            worker = free[i] if i < len(free) else coordinator
+            self._placed.setdefault(worker, f"t{i}")
+            trainers.append(RemoteTrainer(self, f"t{i}", worker))
+        return trainers
+
+    def _make_peer(self, name: str, stage: int, state: dict[str, Any], delay: float = 0.0, source: Any = None) -> RemotePeer:
+        """Start peer `name` as an actor: on the worker it had (a rebuild), else on a free worker.
+        It downloads its state from `source` (a live neighbour) directly when there is one."""
+        worker = next((w for w, what in self._placed.items() if what == name), None) or self._free_worker()
+        self._placed[worker] = name
+        key = f"labkit-peer-{self.run_id}-{name}-{uuid.uuid4().hex[:8]}"
+        origin = None if source is None else (source.address, source.actor.key)
+        future = self.client.submit(PeerActor, self.run_id, key, name, stage, self.cfg, None if origin else state, delay,
+                                    self.dht_peers, origin, key=key, actor=True, workers=[worker], allow_other_workers=False)
+        try:
+            actor = future.result(START_TIMEOUT)
+        except Exception:
+            del self._placed[worker]
+            raise
+        self._last_seen[name] = time.monotonic()
+        return RemotePeer(name, stage, actor, self._announcement, self._withdraw, delay, owner=future)
+
+    def _announcement(self, name: str) -> dict[str, Any]:
+        return self._announced.get(name, {})
+
+    def _withdraw(self, peer: RemotePeer) -> None:
+        """A peer left (killed, moved, evicted): free its worker, take it out of the DHT now."""
+        for worker, what in list(self._placed.items()):
+            if what == peer.name:
+                del self._placed[worker]
+        try:
+            self.directory.withdraw(peer.name, peer.stage)
+        except Exception:  # the record still expires on its own
+            pass
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def clock(self) -> float:
+        """Seconds since the run started, on the wall clock every worker shares."""
+        return time.time() - self.t0_wall
+
+    def start(self) -> None:
+        super().start()
+        threading.Thread(target=self._watch, name="labkit-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        """Every announce period: read the DHT, evict peers silent for `ANNOUNCE_TTL`, and give
+        workers that joined the cluster a peer."""
+        while not self._stopped.wait(ANNOUNCE_PERIOD):
+            try:
+                self._announced = self.directory.discover()
+            except Exception:
+                continue
+            now = time.monotonic()
+            for name in list(self.registry()):
+                if name in self._announced:
+                    self._last_seen[name] = now
+                elif now - self._last_seen.get(name, now) > ANNOUNCE_TTL:
+                    self._evict(name, f"stopped announcing to the DHT for {ANNOUNCE_TTL:.0f} s")
+            self._use_new_workers()
+
+    def _use_new_workers(self) -> None:
+        try:
+            joined = [w for w in self._workers() if w not in self._initial_workers and w not in self._placed]
+        except Exception:
+            return
+        for worker in joined:
+            try:
+                name = self.add_peer(None)
+            except Exception as exc:  # e.g. the worker left again before the peer started
+                self.emit(events.setting(self.clock(), name="worker_unused", value=f"{worker}: {type(exc).__name__}: {exc}"))
+                continue
+            self.emit(events.setting(self.clock(), name="worker_joined", value=f"{worker} serves {name}"))
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        try:
+            self.client.run(release, self.run_id)  # every worker's DHT node of this run
+        except Exception:
+            pass
