@@ -46,6 +46,7 @@ class StagePeer:
         self._codecs: dict[str, Codec] = {}
         self.accum = [torch.zeros_like(p) for p in self.params]
         self.samples = 0  # samples whose gradient is in `accum`
+        self.worker = "local"  # where the peer runs (a Dask worker's address for remote peers)
         self.delay = 0.0  # extra seconds per request: makes a peer slow on purpose (demos, tests)
         self._stash: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
         self._requests: queue.Queue[tuple[Callable[..., Any], tuple, Future] | None] = queue.Queue()
@@ -203,6 +204,10 @@ class StagePeer:
                     buf.add_(g)
             self.samples += samples
         return grad_x
+
+    def echo(self, x: Encoded) -> Encoded:
+        """Send `x` straight back: a round trip through the data plane without compute (ping)."""
+        return x
 
     def drop_stash(self) -> None:
         """Forget activations of abandoned attempts (called between steps)."""

@@ -189,6 +189,13 @@ class Run:
             raise KeyError(f"no live peer named {peer!r}")
         target.set_delay(seconds)
 
+    def peer_state(self, peer: str) -> dict[str, Any]:
+        """A copy of one peer's parameters and optimizer state (to compare replicas of a stage)."""
+        target = self._swarm_or_raise().peer(peer)
+        if target is None:
+            raise KeyError(f"no live peer named {peer!r}")
+        return target.call("state").result()
+
     def set_compression(self, codec: str) -> None:
         """Switch the wire codec of activations and their gradients (fp32, fp16, bf16, int8) now."""
         if codec not in WIRE_CODECS:
@@ -221,7 +228,8 @@ class Run:
         swarm = self._swarm
         stages = []
         for stage, (first, count) in enumerate(swarm.bounds):
-            peers = [{"peer": p.name, "queue": p.queue_length, "samples": p.samples, "delay": p.delay} for p in swarm.live(stage)]
+            peers = [{"peer": p.name, "queue": p.queue_length, "samples": p.samples, "delay": p.delay,
+                      "worker": p.worker} for p in swarm.live(stage)]
             stages.append({"stage": stage, "layers": list(range(first, first + count)), "peers": peers})
         status = self._summary.get("status", "running") if self._done.is_set() else ("paused" if swarm.paused_stages else "running")
         return {"status": status, "step": swarm.ledger.step, "steps": self.config.steps, "loss": swarm.last_loss,

@@ -99,6 +99,11 @@ def node_for(run_id: str, initial_peers: list[str], host: str = "127.0.0.1") -> 
         return _NODES[run_id]
 
 
+def join(run_id: str, initial_peers: list[str], host: str = "127.0.0.1") -> None:
+    """Start this process's node of run `run_id` (`Client.run` calls this on every worker)."""
+    node_for(run_id, initial_peers, host)
+
+
 def release(run_id: str) -> None:
     """Shut down this process's node of run `run_id`, if it has one."""
     with _NODES_LOCK:

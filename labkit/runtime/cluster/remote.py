@@ -17,6 +17,7 @@ from distributed.actor import Actor
 # Enough threads for every request one process has outstanding at once (a trainer has one; the
 # coordinator's step boundary has one per peer).
 _CALLS = ThreadPoolExecutor(64, thread_name_prefix="labkit-call")
+START_TIMEOUT = 120.0  # seconds a new actor may take to start (a worker's first torch import is slow)
 
 
 def peer_actor(address: str, key: str) -> Actor:
@@ -29,25 +30,33 @@ def peer_actor(address: str, key: str) -> Actor:
 class RemotePeer:
     """A peer of `stage` served by the actor `actor`; `announced` reads its latest DHT record.
 
-    The handle that started the actor passes its future as `owner`: the actor lives while the
-    handle holds it, until the peer stops."""
+    The handle that starts the actor passes its Dask future as `owner` instead of `actor`: the
+    actor lives while the handle holds the future, until the peer stops, and requests wait for it
+    to start (so many peers can start at once)."""
 
-    def __init__(self, name: str, stage: int, actor: Actor, announced: Callable[[str], dict[str, Any]] | None = None,
+    def __init__(self, name: str, stage: int, actor: Actor | None = None, announced: Callable[[str], dict[str, Any]] | None = None,
                  on_kill: Callable[[RemotePeer], None] | None = None, delay: float = 0.0, owner: Any = None) -> None:
-        self.name, self.stage, self.actor = name, stage, actor
+        self.name, self.stage, self._actor = name, stage, actor
         self.delay = delay
         self._owner = owner
         self._announced = announced or (lambda name: {})
         self._on_kill = on_kill
 
     @property
-    def address(self) -> str:
+    def actor(self) -> Actor:
+        """The actor, once started (raises what stopped it from starting)."""
+        if self._actor is None:
+            self._actor = self._owner.result(START_TIMEOUT)
+        return self._actor
+
+    @property
+    def worker(self) -> str:
+        """Address of the Dask worker that hosts the peer."""
         return self.actor._address
 
     def call(self, method: str, *args: Any) -> Future:
         """Queue `method(*args)` on the remote peer; the future resolves to its result."""
-        actor = self.actor
-        return _CALLS.submit(lambda: actor.call(method, *args).result())
+        return _CALLS.submit(lambda: self.actor.call(method, *args).result())
 
     @property
     def queue_length(self) -> int:

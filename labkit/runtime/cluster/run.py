@@ -28,6 +28,7 @@ from labkit.runtime.eventlog import EventLog
 from labkit.runtime.run import resumed_config
 
 POLL_SECONDS = 0.2  # how often the handle fetches new events from the coordinator
+CONNECT_TIMEOUT = 10  # seconds to reach a given scheduler
 SPARE_WORKERS = 1  # an embedded cluster's workers beyond peers, trainers and coordinator: room for add_peer
 
 
@@ -40,7 +41,7 @@ def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> t
                                dashboard_address=f"{host}:0")
         return Client(cluster), cluster
     try:
-        return Client(scheduler, timeout=20), None
+        return Client(scheduler, timeout=CONNECT_TIMEOUT), None
     except OSError as exc:
         raise ConnectionError(f"scheduler={scheduler!r} cannot be reached: {exc}; give the address `dask scheduler` "
                               f"prints, like tcp://10.0.0.5:8786") from exc
@@ -165,6 +166,10 @@ class ClusterRun:
     def set_peer_delay(self, peer: str, seconds: float) -> None:
         """Slow a peer down by `seconds` per request."""
         self._verb("set_peer_delay", peer, seconds)
+
+    def peer_state(self, peer: str) -> dict[str, Any]:
+        """A copy of one peer's parameters and optimizer state (to compare replicas of a stage)."""
+        return self._verb("peer_state", peer)
 
     def set_compression(self, codec: str) -> None:
         """Switch the wire codec of activations and their gradients now."""

@@ -21,12 +21,11 @@ from distributed import Client
 from labkit import events
 from labkit.config import RunConfig
 from labkit.runtime.cluster.actors import PeerActor, TrainerActor
-from labkit.runtime.cluster.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, StageDirectory, node_for, release
-from labkit.runtime.cluster.remote import RemotePeer
+from labkit.runtime.cluster.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, StageDirectory, join, node_for, release
+from labkit.runtime.cluster.remote import START_TIMEOUT, RemotePeer
 from labkit.runtime.eventlog import EventLog
 from labkit.runtime.swarm import InProcessSwarm
 
-START_TIMEOUT = 120.0  # seconds a new actor may take to start (a worker's first torch import is slow)
 
 
 class NoFreeWorker(RuntimeError):
@@ -72,7 +71,7 @@ class ClusterSwarm(InProcessSwarm):
         self._last_seen: dict[str, float] = {}
         self._placed: dict[str, str] = {coordinator[0]: "coordinator"}  # worker address -> what runs there  # worker -> what runs there
         self._initial_workers = set(self._workers())
-        self._watching = threading.Event()
+        client.run(join, run_id, self.dht_peers, host)  # every worker joins the DHT now, in parallel
         super().__init__(cfg, log, resume)
 
     # -- placement -----------------------------------------------------------------------------
@@ -103,20 +102,23 @@ class ClusterSwarm(InProcessSwarm):
 
     def _make_peer(self, name: str, stage: int, state: dict[str, Any], delay: float = 0.0, source: Any = None) -> RemotePeer:
         """Start peer `name` as an actor: on the worker it had (a rebuild), else on a free worker.
-        It downloads its state from `source` (a live neighbour) directly when there is one."""
+        It downloads its state from `source` (a live neighbour) directly when there is one.
+        Returns at once; the peer counts as silent (and may be evicted) only once it started."""
         worker = next((w for w, what in self._placed.items() if what == name), None) or self._free_worker()
         self._placed[worker] = name
         key = f"labkit-peer-{self.run_id}-{name}-{uuid.uuid4().hex[:8]}"
-        origin = None if source is None else (source.address, source.actor.key)
+        origin = None if source is None else (source.worker, source.actor.key)
         future = self.client.submit(PeerActor, self.run_id, key, name, stage, self.cfg, None if origin else state, delay,
                                     self.dht_peers, origin, key=key, actor=True, workers=[worker], allow_other_workers=False)
-        try:
-            actor = future.result(START_TIMEOUT)
-        except Exception:
-            del self._placed[worker]
-            raise
-        self._last_seen[name] = time.monotonic()
-        return RemotePeer(name, stage, actor, self._announcement, self._withdraw, delay, owner=future)
+        future.add_done_callback(lambda f: self._started(name, f))
+        return RemotePeer(name, stage, None, self._announcement, self._withdraw, delay, owner=future)
+
+    def _started(self, name: str, future: Any) -> None:
+        """A peer's actor started (from then on it must announce itself), or failed to."""
+        if future.status == "finished":
+            self._last_seen[name] = time.monotonic()
+        else:
+            threading.Thread(target=self._evict, args=(name, f"failed to start: {future.exception()}"), daemon=True).start()
 
     def _announcement(self, name: str) -> dict[str, Any]:
         return self._announced.get(name, {})
@@ -137,6 +139,9 @@ class ClusterSwarm(InProcessSwarm):
         return time.time() - self.t0_wall
 
     def start(self) -> None:
+        """Wait for the first peers (they start in parallel), then start trainers and the watcher."""
+        for peer in self._peers.values():
+            peer.actor
         super().start()
         threading.Thread(target=self._watch, name="labkit-watch", daemon=True).start()
 
@@ -152,7 +157,7 @@ class ClusterSwarm(InProcessSwarm):
             for name in list(self.registry()):
                 if name in self._announced:
                     self._last_seen[name] = now
-                elif now - self._last_seen.get(name, now) > ANNOUNCE_TTL:
+                elif name in self._last_seen and now - self._last_seen[name] > ANNOUNCE_TTL:
                     self._evict(name, f"stopped announcing to the DHT for {ANNOUNCE_TTL:.0f} s")
             self._use_new_workers()
 

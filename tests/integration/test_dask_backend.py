@@ -1,0 +1,221 @@
+"""The Dask backend: every peer and trainer an actor on its own worker process, found through a
+hivemind DHT. Real worker processes on loopback; a SIGKILL is a real SIGKILL.
+
+Equivalence tolerance: as in test_equivalence (float64, 4-6 steps, only the summation order of
+microbatch gradients differs) the parameters stay within 1e-10 of single-process training.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from distributed import Client, LocalCluster
+
+import labkit
+from labkit.config import ModelConfig, RunConfig
+from labkit.data import WindowSampler, load_corpus
+from labkit.model import assemble
+from labkit.runtime.reference import train_reference
+
+pytestmark = pytest.mark.slow
+TOL = 1e-10
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A LocalCluster of 8 worker processes shared by this module's runs (each run releases its
+    actors when it ends; a SIGKILLed worker is restarted by its nanny)."""
+    with LocalCluster(n_workers=8, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as lc:
+        yield lc
+
+
+def _float64(small_run: RunConfig, **changes) -> RunConfig:
+    return small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=2, trainers=2,
+                             **changes)
+
+
+def _final_params(run_dir: Path) -> dict[str, torch.Tensor]:
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    return assemble([s["params"] for s in checkpoint["stages"]])
+
+
+def _distance_to_reference(cfg: RunConfig, got: dict[str, torch.Tensor]) -> float:
+    model, _ = train_reference(cfg, WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed))
+    want = model.state_dict()
+    assert got.keys() == want.keys()
+    return max(float((got[k] - want[k]).abs().max()) for k in want)
+
+
+def _assert_exact_accounting(run, cfg: RunConfig) -> None:
+    steps = run.events.history("step")
+    assert steps, "no step finished"
+    assert all(s["stage_samples"] == [cfg.global_batch] * cfg.stages for s in steps)
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_embedded_cluster_trains_with_falling_loss(small_run: RunConfig, tmp_path: Path) -> None:
+    """launch(backend="dask") with no scheduler starts its own LocalCluster of worker processes."""
+    cfg = small_run.replace(stages=2, peers=2, trainers=2, steps=12)
+    run = labkit.launch(cfg, backend="dask", run_dir=tmp_path)
+    summary = run.wait(300)
+    assert summary["status"] == "finished", summary
+    assert summary["val_loss_after"] < summary["val_loss_before"] - 0.3
+    _assert_exact_accounting(run, cfg)
+    hops = run.events.history("hop")
+    assert {h["peer"] for h in hops} == {"s0p0", "s0p1", "s1p0", "s1p1"}
+    assert {"events.jsonl", "summary.json", "checkpoint.pt", "config.json"} <= {p.name for p in tmp_path.iterdir()}
+    assert run.dashboard_link and run.dashboard_link.startswith("http://127.0.0.1:")
+
+
+def test_matches_single_process_and_keeps_it_across_a_layer_split(cluster, small_run: RunConfig, tmp_path: Path) -> None:
+    """Synchronous equivalence holds across processes, and re-cutting the stages mid-run moves
+    blocks with their optimizer state without changing the model."""
+    cfg = _float64(small_run, steps=6)
+    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
+    _wait(lambda: run.state()["step"] >= 2, 120, "step 2")
+    run.set_layer_split([3, 1])
+    summary = run.wait(300)
+    assert summary["status"] == "finished", summary
+    assert [e["value"] for e in run.events.history("setting")] == [[3, 1]]
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert checkpoint["config"]["layer_split"] == [3, 1]
+    assert _distance_to_reference(cfg, _final_params(tmp_path)) <= TOL
+
+
+def test_sigkill_of_a_peer_worker_is_survived_exactly(cluster, small_run: RunConfig, tmp_path: Path) -> None:
+    """A peer's worker process dies by SIGKILL mid-run: its samples are recomputed, every step
+    still sums exactly the global batch, and the parameters still equal single-process training."""
+    cfg = _float64(small_run, peers=(3, 2), steps=8)
+    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
+    _wait(lambda: run.state()["step"] >= 2, 120, "step 2")
+    victim = next(p for p in run.state()["stages"][0]["peers"] if p["peer"] == "s0p1")
+    pids = Client(cluster.scheduler_address).run(os.getpid)
+    os.kill(pids[victim["worker"]], signal.SIGKILL)
+    summary = run.wait(300)
+    assert summary["status"] == "finished", summary
+    killed = [e for e in run.events.history("peer") if e["state"] == "killed"]
+    assert [e["peer"] for e in killed] == ["s0p1"], killed
+    _assert_exact_accounting(run, cfg)
+    assert _distance_to_reference(cfg, _final_params(tmp_path)) <= TOL
+
+
+def _equal_states(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_equal_states(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_equal_states(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_add_peer_downloads_its_neighbours_state_bit_for_bit(cluster, small_run: RunConfig) -> None:
+    """The joining peer's parameters and optimizer state equal its neighbour's exactly. The run is
+    paused (stage 1 emptied) so that no step changes the neighbour meanwhile."""
+    cfg = small_run.replace(stages=2, peers=(1, 1), trainers=2, steps=500)
+    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address)
+    try:
+        _wait(lambda: run.state()["step"] >= 3, 120, "step 3")
+        run.kill_peer("s1p0")
+        _wait(lambda: run.state()["status"] == "paused", 60, "the pause")
+        joined = run.add_peer(0)
+        assert _equal_states(run.peer_state(joined), run.peer_state("s0p0"))
+        assert run.peer_state(joined)["optimizer"]["state"], "the optimizer state must be non-trivial"
+        run.add_peer(1)
+        step = run.state()["step"]
+        _wait(lambda: run.state()["step"] >= step + 2, 120, "steps after resuming")
+        assert joined in {h["peer"] for h in run.events.history("hop")}
+    finally:
+        run.stop()
+    summary = run.wait(120)
+    assert summary["status"] == "stopped", summary
+    _assert_exact_accounting(run, cfg)
+
+
+def test_rebalancing_moves_a_peer_to_the_slow_stage(cluster, small_run: RunConfig) -> None:
+    """Stage 1's peers are slowed down, so its queues (published to the DHT) grow: Algorithm 2
+    moves a peer from idle stage 0 to stage 1, which downloads stage 1's state."""
+    cfg = small_run.replace(stages=2, peers=(3, 1), trainers=3, steps=500, rebalance_period=2.0)
+    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address)
+    try:
+        _wait(lambda: run.state()["step"] >= 1, 120, "step 1")
+        run.set_peer_delay("s1p0", 0.3)
+        _wait(lambda: any(e["state"] == "moved" for e in run.events.history("peer")), 90, "a move")
+        move = next(e for e in run.events.history("peer") if e["state"] == "moved")
+        assert move["stage"] == 0 and move["to_stage"] == 1
+        _wait(lambda: move["to"] in {h["peer"] for h in run.events.history("hop")}, 60, "the moved peer to serve")
+    finally:
+        run.stop()
+    assert run.wait(120)["status"] == "stopped"
+    _assert_exact_accounting(run, cfg)
+
+
+@pytest.fixture
+def external_cluster(tmp_path: Path):
+    """`dask scheduler` and `dask worker` as subprocesses (not LocalCluster); every process group
+    is killed at the end. Yields (scheduler address, a function that starts one more worker)."""
+    procs: list[subprocess.Popen] = []
+    scheduler_file = tmp_path / "scheduler.json"
+    dask = str(Path(sys.executable).parent / "dask")  # the console script, as the README runs it
+
+    def start(kind: str, *args: str) -> None:
+        procs.append(subprocess.Popen([dask, kind, *args], start_new_session=True,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def add_worker(nworkers: int = 1) -> None:
+        start("worker", "--scheduler-file", str(scheduler_file), "--nworkers", str(nworkers), "--nthreads", "1",
+              "--host", "127.0.0.1", "--no-dashboard")
+
+    try:
+        start("scheduler", "--host", "127.0.0.1", "--port", "0", "--scheduler-file", str(scheduler_file), "--no-dashboard")
+        _wait(scheduler_file.exists, 60, "the scheduler file")
+        add_worker(4)
+        client = Client(scheduler_file=str(scheduler_file), timeout=60)
+        client.wait_for_workers(4, timeout=120)
+        yield client.scheduler.address, add_worker, client
+        client.close()
+    finally:
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=30)
+
+
+def test_external_scheduler_and_a_worker_joining_mid_run(external_cluster, small_run: RunConfig) -> None:
+    """A run on a `dask scheduler` given by address; a `dask worker` started mid-run gets a peer."""
+    address, add_worker, client = external_cluster
+    cfg = small_run.replace(stages=2, peers=1, trainers=1, steps=500)
+    run = labkit.launch(cfg, backend="dask", scheduler=address)
+    try:
+        _wait(lambda: run.state()["step"] >= 2, 120, "step 2")
+        add_worker()
+        _wait(lambda: any(e["name"] == "worker_joined" for e in run.events.history("setting")), 120, "the new worker")
+        joined = [e["peer"] for e in run.events.history("peer") if e["state"] == "joined"][-1]
+        _wait(lambda: joined in {h["peer"] for h in run.events.history("hop")}, 60, "the new peer to serve")
+    finally:
+        run.stop()
+    assert run.wait(120)["status"] == "stopped"
+    _assert_exact_accounting(run, cfg)
+
+
+def test_bad_scheduler_address_is_one_clear_error(small_run: RunConfig) -> None:
+    run = labkit.launch(small_run, backend="dask", scheduler="tcp://127.0.0.1:9")
+    summary = run.wait(120)
+    assert summary["status"] == "failed" and "scheduler='tcp://127.0.0.1:9' cannot be reached" in summary["error"]
+    with pytest.raises(ValueError, match="needs backend='dask'"):
+        labkit.launch(small_run, scheduler="tcp://127.0.0.1:9")
