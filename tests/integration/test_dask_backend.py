@@ -37,8 +37,8 @@ def cluster():
 
 
 def _float64(small_run: RunConfig, **changes) -> RunConfig:
-    return small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=2, trainers=2,
-                             **changes)
+    return small_run.replace(**{"model": ModelConfig(size="nano", seq_len=32, dtype="float64"), "stages": 2, "peers": 2,
+                                "trainers": 2, **changes})
 
 
 def _final_params(run_dir: Path) -> dict[str, torch.Tensor]:
