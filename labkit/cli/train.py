@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stages", type=int, default=defaults.stages, help="pipeline stages")
     p.add_argument("--peers", type=_peers, default=defaults.peers, help="peers per stage: N, or N1,N2,... one per stage")
     p.add_argument("--layer-split", type=_split, default=None, metavar="N1,N2,...", help="blocks per stage, e.g. 3,1")
-    p.add_argument("--trainers", type=int, default=defaults.trainers, help="trainer threads")
+    p.add_argument("--trainers", type=int, default=defaults.trainers, help="trainers (threads; worker processes with --backend dask)")
     p.add_argument("--steps", type=int, default=defaults.steps, help="optimizer steps")
     p.add_argument("--global-batch", type=int, default=defaults.global_batch, help="samples per optimizer step")
     p.add_argument("--microbatch", type=int, default=defaults.microbatch, help="samples per routed microbatch")
@@ -65,6 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plan", type=Path, default=None, metavar="PLAN_JSON",
                    help="follow a plan from `labkit plan`: its stages, devices as peers (at most --max-peers each) and layer split")
     p.add_argument("--max-peers", type=int, default=4, help="with --plan: peers per stage at most (each is a thread here)")
+    p.add_argument("--backend", choices=["inprocess", "dask"], default="inprocess",
+                   help="inprocess: threads of this process; dask: every peer and trainer a Dask worker process")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="with --backend dask: a running `dask scheduler`, e.g. tcp://10.0.0.5:8786 (default: a local cluster)")
     p.add_argument("--run-dir", type=Path, default=None, help="output folder (default runs/<date-time>)")
     p.add_argument("--resume", type=Path, default=None, metavar="CHECKPOINT", help="continue from a checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="print one line per evaluation instead of a bar")
@@ -108,13 +112,15 @@ def run_train(args: argparse.Namespace) -> int:
 
     run_dir = args.run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     try:
-        run = labkit.launch(cfg, run_dir=run_dir, resume=args.resume)
+        run = labkit.launch(cfg, backend=args.backend, scheduler=args.scheduler, run_dir=run_dir, resume=args.resume)
     except (ValueError, FileNotFoundError) as exc:
         print(f"labkit train: error: {exc}", file=sys.stderr)
         return 2
     print(f"labkit: {cfg.model.size} model ({cfg.model.num_params():,} parameters), {cfg.stages} stages x "
           f"{list(cfg.peers_per_stage)} peers, split {list(cfg.layer_split)}, {cfg.steps} steps -> {run_dir}")
     events = run.events.subscribe()
+    if args.backend == "dask":
+        print(f"labkit: Dask dashboard: {run.dashboard() or 'not available (install bokeh)'}")
     bar = tqdm(total=cfg.steps, unit="step", disable=args.no_progress, dynamic_ncols=True)
     tokens, t_first = 0, None
     try:

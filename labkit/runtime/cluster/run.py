@@ -65,7 +65,8 @@ class ClusterRun:
             (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
         self.events = EventLog(self.run_dir / "events.jsonl" if self.run_dir else None)
         self.run_id = uuid.uuid4().hex[:12]
-        self.dashboard_link: str | None = None
+        self.dashboard_link: str | None = None  # set once connected; see dashboard()
+        self._connected = threading.Event()
         self._coordinator: Any = None
         self._summary: dict[str, Any] = {}
         self._ready, self._done, self._stop = threading.Event(), threading.Event(), threading.Event()
@@ -79,6 +80,7 @@ class ClusterRun:
         try:
             client, cluster = connect(scheduler, self.config, host)
             self.dashboard_link = client.dashboard_link
+            self._connected.set()
             client.run(_warm_up)  # every worker imports torch and labkit now, in parallel
             workers = client.scheduler_info()["workers"]
             worker = min(workers, key=lambda w: (workers[w].get("resources", {}).get("GPU", 0) > 0, w))
@@ -94,6 +96,7 @@ class ClusterRun:
             self._summary = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
             self.events.emit(events.run(time.perf_counter() - self._started, state="failed", reason=self._summary["error"]))
         finally:
+            self._connected.set()
             self._ready.set()
             self.events.close()
             if client is not None:
@@ -126,6 +129,11 @@ class ClusterRun:
         if self._coordinator is None:
             raise RuntimeError(f"the run failed to start: {self._summary.get('error')}")
         return self._coordinator.verb(name, *args).result()
+
+    def dashboard(self, timeout: float = 60) -> str | None:
+        """The Dask dashboard's address, once connected to the cluster (None if it has none)."""
+        self._connected.wait(timeout)
+        return self.dashboard_link
 
     # -- verbs (the same as labkit.Run's) -------------------------------------------------------
     def wait(self, timeout: float | None = None) -> dict[str, Any]:

@@ -1,0 +1,38 @@
+"""The hivemind DHT directory: peers announce under their stage's key, others discover them, a
+withdrawn peer vanishes at once and a peer that stops refreshing vanishes at its expiration."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from labkit.runtime.cluster import dht
+
+
+@pytest.fixture
+def two_nodes():
+    """Two real DHT nodes on loopback (each with its own p2p daemon); shut down at the end."""
+    first = dht.DhtNode([])
+    second = dht.DhtNode(first.maddrs())
+    yield first, second
+    second.shutdown()
+    first.shutdown()
+
+
+def test_announce_discover_withdraw_and_expire(two_nodes, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dht, "ANNOUNCE_TTL", 2.0)
+    first, second = two_nodes
+    assert all(a.startswith("/ip4/127.0.0.1/") for a in first.maddrs()), "nodes listen on loopback by default"
+    mine, theirs = dht.StageDirectory(first, "run-a", 2), dht.StageDirectory(second, "run-a", 2)
+    mine.announce("s0p0", 0, {"queue": 3, "ema_seconds": 0.01})
+    mine.announce("s1p0", 1, {"queue": 0, "ema_seconds": 0.02})
+    assert theirs.discover() == {"s0p0": {"stage": 0, "queue": 3, "ema_seconds": 0.01},
+                                 "s1p0": {"stage": 1, "queue": 0, "ema_seconds": 0.02}}
+    assert dht.StageDirectory(second, "run-b", 2).discover() == {}, "runs do not see each other's peers"
+    theirs.withdraw("s1p0", 1)
+    assert set(mine.discover()) == {"s0p0"}, "a withdrawn peer is gone at once, for every node"
+    mine.announce("s0p0", 0, {"queue": 1, "ema_seconds": 0.01})  # a refresh replaces the record
+    assert theirs.discover()["s0p0"]["queue"] == 1
+    time.sleep(2.5)  # s0p0 stopped refreshing: its record expires
+    assert theirs.discover() == {}
