@@ -219,3 +219,18 @@ def test_bad_scheduler_address_is_one_clear_error(small_run: RunConfig) -> None:
     assert summary["status"] == "failed" and "scheduler='tcp://127.0.0.1:9' cannot be reached" in summary["error"]
     with pytest.raises(ValueError, match="needs backend='dask'"):
         labkit.launch(small_run, scheduler="tcp://127.0.0.1:9")
+
+
+def test_diloco_averages_pseudo_gradients_across_processes(cluster, small_run: RunConfig) -> None:
+    """DiLoCo's outer step takes the same cross-process path: every H steps each stage averages
+    its peers' pseudo-gradients, weighted by samples, and the run keeps exact accounting."""
+    from labkit.config import SyncConfig
+
+    cfg = small_run.replace(stages=2, peers=2, trainers=2, steps=4, sync=SyncConfig(mode="diloco", inner_steps=2))
+    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address)
+    summary = run.wait(300)
+    assert summary["status"] == "finished", summary
+    syncs = run.events.history("sync")
+    assert [(e["step"], e["stage"], e["kind"], e["peers"]) for e in syncs] == [
+        (2, 0, "diloco", 2), (2, 1, "diloco", 2), (4, 0, "diloco", 2), (4, 1, "diloco", 2)]
+    _assert_exact_accounting(run, cfg)

@@ -121,7 +121,7 @@ class TrainerActor:
 
 # The run-handle verbs the driver may call on the coordinator, and the swarm calls trainers make.
 RUN_VERBS = ("state", "stop", "kill_peer", "add_peer", "move_peer", "rebalance", "set_layer_split",
-             "set_peer_delay", "peer_state", "set_compression", "set_sync", "summary", "wait")
+             "set_peer_delay", "peer_state", "set_compression", "set_sync", "summary")
 TRAINER_CALLS = ("stage_empty", "peer_timed_out", "peer_failed", "fail")
 
 

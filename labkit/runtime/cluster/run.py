@@ -23,7 +23,8 @@ from labkit import events
 from labkit.config import RunConfig, SyncConfig
 from labkit.runtime.checkpoint import load_checkpoint
 from labkit.runtime.cluster.actors import CoordinatorActor
-from labkit.runtime.cluster.swarm import START_TIMEOUT
+from labkit.runtime.cluster.placement import coordinator_worker
+from labkit.runtime.cluster.remote import START_TIMEOUT
 from labkit.runtime.eventlog import EventLog
 from labkit.runtime.run import resumed_config
 
@@ -82,8 +83,7 @@ class ClusterRun:
             self.dashboard_link = client.dashboard_link
             self._connected.set()
             client.run(_warm_up)  # every worker imports torch and labkit now, in parallel
-            workers = client.scheduler_info()["workers"]
-            worker = min(workers, key=lambda w: (workers[w].get("resources", {}).get("GPU", 0) > 0, w))
+            worker = coordinator_worker(client.scheduler_info()["workers"])
             key = f"labkit-coordinator-{self.run_id}"
             owner = client.submit(CoordinatorActor, self.run_id, key, self.config, checkpoint, host, key=key, actor=True,
                                   workers=[worker], allow_other_workers=False)
@@ -128,6 +128,9 @@ class ClusterRun:
         self._ready.wait()
         if self._coordinator is None:
             raise RuntimeError(f"the run failed to start: {self._summary.get('error')}")
+        if self._done.is_set():
+            raise RuntimeError(f"{name} is not available: the run has ended ({self._summary.get('status')}) and its "
+                               f"cluster was released")
         return self._coordinator.verb(name, *args).result()
 
     def dashboard(self, timeout: float = 60) -> str | None:
@@ -194,6 +197,9 @@ class ClusterRun:
         def save() -> None:
             try:
                 self._ready.wait()
+                if self._done.is_set():
+                    raise RuntimeError("checkpoint is not available: the run has ended and its cluster was released; "
+                                       "launch with run_dir= to keep the final checkpoint (run_dir/checkpoint.pt)")
                 future.set_result(self._coordinator.snapshot().result().save(path))
             except Exception as exc:
                 future.set_exception(exc)

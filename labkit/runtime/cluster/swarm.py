@@ -22,6 +22,7 @@ from labkit import events
 from labkit.config import RunConfig
 from labkit.runtime.cluster.actors import PeerActor, TrainerActor
 from labkit.runtime.cluster.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, StageDirectory, join, node_for, release
+from labkit.runtime.cluster.placement import peer_worker, trainer_workers
 from labkit.runtime.cluster.remote import START_TIMEOUT, RemotePeer
 from labkit.runtime.eventlog import EventLog
 from labkit.runtime.swarm import InProcessSwarm
@@ -47,7 +48,7 @@ class RemoteTrainer:
 
     def join(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while deadline is None or time.monotonic() < deadline:
+        while self._future is not None and (deadline is None or time.monotonic() < deadline):
             try:
                 running = self._future.result(START_TIMEOUT).running().result(30)
             except Exception:  # its worker died: the trainer is gone
@@ -81,21 +82,18 @@ class ClusterSwarm(InProcessSwarm):
     def _free_worker(self) -> str:
         """A worker hosting nothing of this run: one that joined mid-run first, then GPU workers."""
         workers = self._workers()
-        free = [w for w in workers if w not in self._placed]
-        if not free:
+        worker = peer_worker(workers, self._placed, self._initial_workers)
+        if worker is None:
             raise NoFreeWorker(f"no free Dask worker for a new peer: all {len(workers)} workers host a peer, a trainer "
                                f"or the coordinator of this run; start another `dask worker` (with --resources GPU=1 "
                                f"on a GPU host) or use fewer peers")
-        return min(free, key=lambda w: (w in self._initial_workers, workers[w].get("resources", {}).get("GPU", 0) <= 0, w))
+        return worker
 
     def _make_trainers(self) -> list[RemoteTrainer]:
         """One trainer per free worker (CPU workers first); with too few, they share the coordinator's."""
-        workers = self._workers()
-        free = sorted((w for w in workers if w not in self._placed), key=lambda w: (workers[w].get("resources", {}).get("GPU", 0) > 0, w))
         coordinator = next(w for w, what in self._placed.items() if what == "coordinator")
         trainers = []
-        for i in range(self.cfg.trainers):
-            worker = free[i] if i < len(free) else coordinator
+        for i, worker in enumerate(trainer_workers(self._workers(), self._placed, self.cfg.trainers, coordinator)):
             self._placed.setdefault(worker, f"t{i}")
             trainers.append(RemoteTrainer(self, f"t{i}", worker))
         return trainers

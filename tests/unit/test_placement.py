@@ -1,0 +1,28 @@
+"""Placement rules of the Dask backend over a scheduler's worker table."""
+
+from __future__ import annotations
+
+from labkit.runtime.cluster.placement import coordinator_worker, peer_worker, trainer_workers
+
+GPU, CPU = {"resources": {"GPU": 1}}, {"resources": {}}
+WORKERS = {"tcp://a:1": CPU, "tcp://b:1": GPU, "tcp://c:1": CPU, "tcp://d:1": GPU}
+
+
+def test_coordinator_prefers_a_cpu_worker() -> None:
+    assert coordinator_worker(WORKERS) == "tcp://a:1"
+    assert coordinator_worker({"tcp://b:1": GPU}) == "tcp://b:1"
+
+
+def test_peers_take_gpu_workers_first_and_newcomers_before_both() -> None:
+    initial = set(WORKERS)
+    assert peer_worker(WORKERS, {"tcp://a:1"}, initial) == "tcp://b:1"
+    assert peer_worker(WORKERS, {"tcp://a:1", "tcp://b:1", "tcp://d:1"}, initial) == "tcp://c:1"
+    assert peer_worker(WORKERS, set(WORKERS), initial) is None
+    grown = {**WORKERS, "tcp://e:1": CPU}  # joined after the run started: it came to serve
+    assert peer_worker(grown, {"tcp://a:1"}, initial) == "tcp://e:1"
+
+
+def test_trainers_take_free_cpu_workers_then_share_the_fallback() -> None:
+    taken = {"tcp://a:1", "tcp://b:1"}  # coordinator and one peer
+    assert trainer_workers(WORKERS, taken, 3, "tcp://a:1") == ["tcp://c:1", "tcp://d:1", "tcp://a:1"]
+    assert trainer_workers(WORKERS, set(WORKERS), 2, "tcp://a:1") == ["tcp://a:1", "tcp://a:1"]
