@@ -20,19 +20,31 @@ def two_nodes():
     first.shutdown()
 
 
+def _eventually(read, expected, timeout: float = 10.0):
+    """Poll `read()` until it equals `expected` (a DHT store reaches other nodes in milliseconds,
+    but a loaded machine can delay it); return the last value read."""
+    deadline = time.monotonic() + timeout
+    value = read()
+    while value != expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+        value = read()
+    return value
+
+
 def test_announce_discover_withdraw_and_expire(two_nodes, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dht, "ANNOUNCE_TTL", 2.0)
     first, second = two_nodes
     assert all(a.startswith("/ip4/127.0.0.1/") for a in first.maddrs()), "nodes listen on loopback by default"
     mine, theirs = dht.StageDirectory(first, "run-a", 2), dht.StageDirectory(second, "run-a", 2)
-    mine.announce("s0p0", 0, {"queue": 3, "ema_seconds": 0.01})
-    mine.announce("s1p0", 1, {"queue": 0, "ema_seconds": 0.02})
-    assert theirs.discover() == {"s0p0": {"stage": 0, "queue": 3, "ema_seconds": 0.01},
-                                 "s1p0": {"stage": 1, "queue": 0, "ema_seconds": 0.02}}
+    assert mine.announce("s0p0", 0, {"queue": 3, "ema_seconds": 0.01})
+    assert mine.announce("s1p0", 1, {"queue": 0, "ema_seconds": 0.02})
+    both = {"s0p0": {"stage": 0, "queue": 3, "ema_seconds": 0.01}, "s1p0": {"stage": 1, "queue": 0, "ema_seconds": 0.02}}
+    assert _eventually(theirs.discover, both) == both
     assert dht.StageDirectory(second, "run-b", 2).discover() == {}, "runs do not see each other's peers"
-    theirs.withdraw("s1p0", 1)
-    assert set(mine.discover()) == {"s0p0"}, "a withdrawn peer is gone at once, for every node"
-    mine.announce("s0p0", 0, {"queue": 1, "ema_seconds": 0.01})  # a refresh replaces the record
-    assert theirs.discover()["s0p0"]["queue"] == 1
-    time.sleep(2.5)  # s0p0 stopped refreshing: its record expires
-    assert theirs.discover() == {}
+    assert theirs.withdraw("s1p0", 1)
+    assert _eventually(lambda: set(mine.discover()), {"s0p0"}) == {"s0p0"}, "a withdrawn peer is gone for every node"
+    refreshed = time.monotonic()
+    assert mine.announce("s0p0", 0, {"queue": 1, "ema_seconds": 0.01})  # a refresh replaces the record
+    assert _eventually(lambda: theirs.discover().get("s0p0", {}).get("queue"), 1) == 1
+    assert _eventually(theirs.discover, {}) == {}, "a peer that stops refreshing expires"
+    assert time.monotonic() - refreshed >= 1.5, "...at its expiration (2 s after the refresh), not before"
