@@ -36,15 +36,19 @@ def test_announce_discover_withdraw_and_expire(two_nodes, monkeypatch: pytest.Mo
     first, second = two_nodes
     assert all(a.startswith("/ip4/127.0.0.1/") for a in first.maddrs()), "nodes listen on loopback by default"
     mine, theirs = dht.StageDirectory(first, "run-a", 2), dht.StageDirectory(second, "run-a", 2)
-    assert mine.announce("s0p0", 0, {"queue": 3, "ema_seconds": 0.01})
-    assert mine.announce("s1p0", 1, {"queue": 0, "ema_seconds": 0.02})
-    both = {"s0p0": {"stage": 0, "queue": 3, "ema_seconds": 0.01}, "s1p0": {"stage": 1, "queue": 0, "ema_seconds": 0.02}}
+    assert mine.announce("s0p0", 0, "actor-a", {"queue": 3})
+    assert mine.announce("s1p0", 1, "actor-b", {"queue": 0})
+    both = {"s0p0": {"name": "s0p0", "stage": 0, "key": "actor-a", "queue": 3},
+            "s1p0": {"name": "s1p0", "stage": 1, "key": "actor-b", "queue": 0}}
     assert _eventually(theirs.discover, both) == both
     assert dht.StageDirectory(second, "run-b", 2).discover() == {}, "runs do not see each other's peers"
-    assert theirs.withdraw("s1p0", 1)
+    assert theirs.withdraw(1, "actor-b")
     assert _eventually(lambda: set(mine.discover()), {"s0p0"}) == {"s0p0"}, "a withdrawn peer is gone for every node"
+    assert mine.announce("s1p0", 1, "actor-c", {"queue": 0}), "rebuilt under the same name: a new actor key"
+    assert _eventually(lambda: mine.discover().get("s1p0", {}).get("key"), "actor-c") == "actor-c"
     refreshed = time.monotonic()
-    assert mine.announce("s0p0", 0, {"queue": 1, "ema_seconds": 0.01})  # a refresh replaces the record
+    assert mine.announce("s0p0", 0, "actor-a", {"queue": 1})  # a refresh replaces the record
     assert _eventually(lambda: theirs.discover().get("s0p0", {}).get("queue"), 1) == 1
+    theirs.withdraw(1, "actor-c")
     assert _eventually(theirs.discover, {}) == {}, "a peer that stops refreshing expires"
     assert time.monotonic() - refreshed >= 1.5, "...at its expiration (2 s after the refresh), not before"

@@ -63,7 +63,8 @@ class PeerActor:
         self.peer = StagePeer(name, stage, stage_module(cfg, stage, state["params"]), cfg, device)
         self.peer.load_state(state)
         self.peer.set_delay(delay)
-        self._record = {"address": get_worker().address, "key": key, "device": device}
+        self._key = key
+        self._record = {"address": get_worker().address, "device": device}
         self._ema = 0.0  # seconds per data request, smoothed
         self._directory = StageDirectory(node_for(run_id, dht_peers), run_id, cfg.stages)
         self._stopped = threading.Event()
@@ -72,8 +73,8 @@ class PeerActor:
 
     def _announce(self) -> None:
         p = self.peer
-        self._directory.announce(p.name, p.stage, {**self._record, "queue": p.queue_length, "samples": p.samples,
-                                                   "ema_seconds": self._ema})
+        self._directory.announce(p.name, p.stage, self._key, {**self._record, "queue": p.queue_length,
+                                                              "samples": p.samples, "ema_seconds": self._ema})
 
     def _announce_loop(self) -> None:
         while not self._stopped.wait(ANNOUNCE_PERIOD):
@@ -98,7 +99,7 @@ class PeerActor:
             self.peer.kill()
         else:
             await asyncio.get_running_loop().run_in_executor(None, self.peer.close)
-        self._directory.withdraw(self.peer.name, self.peer.stage)
+        self._directory.withdraw(self.peer.stage, self._key)
 
 
 class TrainerActor:

@@ -1,7 +1,8 @@
 """Peer discovery and load publication over a hivemind DHT.
 
-Every peer stores one record under its stage's key — subkey its name, value its actor's worker
-address and key, its throughput EMA, queue length and accumulated samples — with an expiration,
+Every peer stores one record under its stage's key — subkey its actor's key (unique to this
+instance of the peer), value its name, its actor's worker address and key, its throughput EMA,
+queue length and accumulated samples — with an expiration,
 and refreshes it every `ANNOUNCE_PERIOD` seconds. Trainers read the stage keys to find peers; the
 coordinator reads them to see queue lengths (Algorithm 2) and peers that stopped announcing. A
 peer that leaves on purpose is overwritten by a newer tombstone, so it vanishes at once instead
@@ -72,18 +73,20 @@ class StageDirectory:
     def _key(self, stage: int) -> str:
         return f"labkit/{self.run_id}/stage{stage}"
 
-    def announce(self, name: str, stage: int, info: dict[str, Any]) -> bool:
-        """Publish (or refresh) `name` as a live peer of `stage` for `ANNOUNCE_TTL` seconds."""
-        return self.node.store(self._key(stage), name, {"stage": stage, **info}, ANNOUNCE_TTL)
+    def announce(self, name: str, stage: int, key: str, info: dict[str, Any]) -> bool:
+        """Publish (or refresh) peer `name`, served by actor `key`, as live on `stage` for
+        `ANNOUNCE_TTL` seconds."""
+        return self.node.store(self._key(stage), key, {"name": name, "stage": stage, "key": key, **info}, ANNOUNCE_TTL)
 
-    def withdraw(self, name: str, stage: int) -> bool:
-        """Replace `name`'s record with a tombstone that outlives it."""
-        return self.node.store(self._key(stage), name, {"stage": stage, "gone": True}, ANNOUNCE_TTL * 2)
+    def withdraw(self, stage: int, key: str) -> bool:
+        """Replace actor `key`'s record with a tombstone that outlives it (a peer rebuilt under
+        the same name has a new actor key, so the tombstone does not hide it)."""
+        return self.node.store(self._key(stage), key, {"gone": True}, ANNOUNCE_TTL * 2)
 
     def discover(self) -> dict[str, dict[str, Any]]:
         """Live peers of every stage: name -> their latest record."""
         found = self.node.get_many([self._key(s) for s in range(self.stages)])
-        return {name: info for records in found.values() for name, info in records.items() if not info.get("gone")}
+        return {info["name"]: info for records in found.values() for info in records.values() if not info.get("gone")}
 
 
 _NODES: dict[str, DhtNode] = {}

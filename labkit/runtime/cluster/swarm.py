@@ -127,8 +127,8 @@ class ClusterSwarm(InProcessSwarm):
             if what == peer.name:
                 del self._placed[worker]
         try:
-            self.directory.withdraw(peer.name, peer.stage)
-        except Exception:  # the record still expires on its own
+            self.directory.withdraw(peer.stage, peer.actor.key)
+        except Exception:  # it never started, or the DHT is slow: the record still expires on its own
             pass
 
     # -- life cycle ----------------------------------------------------------------------------
