@@ -195,7 +195,7 @@ class RunConfig:
     weight_decay: float = 0.01  # decoupled weight decay
     gamma: float = 0.1  # EMA smoothing of peer response times in the router
     peer_timeout: float = 30.0  # seconds a trainer waits for a peer before banning it
-    rebalance_period: float = 0.0  # seconds between Algorithm 2 rounds (the paper: 300); 0 = off
+    rebalance_period: float = 300.0  # seconds between Algorithm 2 rounds (as in the paper); 0 = off
     delayed_updates: bool = False  # delayed parameter updates: step k's update overlaps batch k+1
     activation_checkpointing: bool = False  # peers keep only stage inputs, recompute in backward
     eval_every: int = 50  # steps between validation-loss evaluations (0 = only first and last)

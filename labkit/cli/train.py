@@ -57,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--outer-lr", type=float, default=sync.outer_lr, help="DiLoCo: outer Nesterov SGD learning rate")
     p.add_argument("--outer-momentum", type=float, default=sync.outer_momentum, help="DiLoCo: outer momentum")
     p.add_argument("--inner-state", choices=INNER_STATES, default=sync.inner_state, help="DiLoCo: inner optimizer state across rounds")
+    p.add_argument("--rebalance-period", type=float, default=defaults.rebalance_period,
+                   help="seconds between Algorithm 2 rebalancing rounds (0: off)")
     p.add_argument("--delayed-updates", action="store_true", help="delayed parameter updates (one step stale)")
     p.add_argument("--eval-every", type=int, default=defaults.eval_every, help="steps between validation losses")
     p.add_argument("--activation-checkpointing", action="store_true", help="peers recompute activations in backward")
@@ -84,7 +86,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         trainers=args.trainers, global_batch=args.global_batch, microbatch=args.microbatch, steps=args.steps,
         optimizer=args.optimizer, lr=args.lr, warmup_steps=args.warmup_steps, eval_every=args.eval_every,
         activation_checkpointing=args.activation_checkpointing, delayed_updates=args.delayed_updates,
-        seed=args.seed, threads=args.threads,
+        seed=args.seed, threads=args.threads, rebalance_period=args.rebalance_period,
         sync=SyncConfig(mode=args.sync, inner_steps=args.inner_steps, outer_lr=args.outer_lr,
                         outer_momentum=args.outer_momentum, inner_state=args.inner_state),
     )
