@@ -66,7 +66,7 @@ class SwarmClient:
             return None
         handle = (info["address"], info["key"])
         if handle not in self._handles:
-            self._handles[handle] = RemotePeer(name, int(info["stage"]), peer_actor(*handle))
+            self._handles[handle] = RemotePeer(name, int(info["stage"]), info["key"], peer_actor(*handle))
         return self._handles[handle]
 
     def next_task(self) -> Task | None:

@@ -28,15 +28,16 @@ def peer_actor(address: str, key: str) -> Actor:
 
 
 class RemotePeer:
-    """A peer of `stage` served by the actor `actor`; `announced` reads its latest DHT record.
+    """A peer of `stage` served by the actor `key` (`actor`); `announced` reads its latest DHT record.
 
     The handle that starts the actor passes its Dask future as `owner` instead of `actor`: the
     actor lives while the handle holds the future, until the peer stops, and requests wait for it
     to start (so many peers can start at once)."""
 
-    def __init__(self, name: str, stage: int, actor: Actor | None = None, announced: Callable[[str], dict[str, Any]] | None = None,
-                 on_kill: Callable[[RemotePeer], None] | None = None, delay: float = 0.0, owner: Any = None) -> None:
-        self.name, self.stage, self._actor = name, stage, actor
+    def __init__(self, name: str, stage: int, key: str, actor: Actor | None = None,
+                 announced: Callable[[str], dict[str, Any]] | None = None, on_kill: Callable[[RemotePeer], None] | None = None,
+                 delay: float = 0.0, owner: Any = None) -> None:
+        self.name, self.stage, self.key, self._actor = name, stage, key, actor
         self.delay = delay
         self._owner = owner
         self._announced = announced or (lambda name: {})

@@ -70,7 +70,7 @@ class ClusterSwarm(InProcessSwarm):
         self.dht_peers = self.directory.node.maddrs()
         self._announced: dict[str, dict[str, Any]] = {}
         self._last_seen: dict[str, float] = {}
-        self._placed: dict[str, str] = {coordinator[0]: "coordinator"}  # worker address -> what runs there  # worker -> what runs there
+        self._placed: dict[str, str] = {coordinator[0]: "coordinator"}  # worker address -> what runs there
         self._initial_workers = set(self._workers())
         client.run(join, run_id, self.dht_peers, host)  # every worker joins the DHT now, in parallel
         super().__init__(cfg, log, resume)
@@ -105,11 +105,11 @@ class ClusterSwarm(InProcessSwarm):
         worker = next((w for w, what in self._placed.items() if what == name), None) or self._free_worker()
         self._placed[worker] = name
         key = f"labkit-peer-{self.run_id}-{name}-{uuid.uuid4().hex[:8]}"
-        origin = None if source is None else (source.worker, source.actor.key)
+        origin = None if source is None else (source.worker, source.key)
         future = self.client.submit(PeerActor, self.run_id, key, name, stage, self.cfg, None if origin else state, delay,
                                     self.dht_peers, origin, key=key, actor=True, workers=[worker], allow_other_workers=False)
         future.add_done_callback(lambda f: self._started(name, f))
-        return RemotePeer(name, stage, None, self._announcement, self._withdraw, delay, owner=future)
+        return RemotePeer(name, stage, key, None, self._announcement, self._withdraw, delay, owner=future)
 
     def _started(self, name: str, future: Any) -> None:
         """A peer's actor started (from then on it must announce itself), or failed to."""
@@ -127,8 +127,8 @@ class ClusterSwarm(InProcessSwarm):
             if what == peer.name:
                 del self._placed[worker]
         try:
-            self.directory.withdraw(peer.stage, peer.actor.key)
-        except Exception:  # it never started, or the DHT is slow: the record still expires on its own
+            self.directory.withdraw(peer.stage, peer.key)
+        except Exception:  # the DHT is slow: the record still expires on its own
             pass
 
     # -- life cycle ----------------------------------------------------------------------------
