@@ -67,8 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plan", type=Path, default=None, metavar="PLAN_JSON",
                    help="follow a plan from `labkit plan`: its stages, devices as peers (at most --max-peers each) and layer split")
     p.add_argument("--max-peers", type=int, default=4, help="with --plan: peers per stage at most (each is a thread here)")
-    p.add_argument("--backend", choices=["inprocess", "dask"], default="inprocess",
-                   help="inprocess: threads of this process; dask: every peer and trainer a Dask worker process")
+    p.add_argument("--backend", choices=["inprocess", "dask"], default=None,
+                   help="inprocess: threads of this process; dask: every peer and trainer a Dask worker process "
+                        "(default: dask with --scheduler, else inprocess)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="with --backend dask: a running `dask scheduler`, e.g. tcp://10.0.0.5:8786 (default: a local cluster)")
     p.add_argument("--run-dir", type=Path, default=None, help="output folder (default runs/<date-time>)")
@@ -121,8 +122,9 @@ def run_train(args: argparse.Namespace) -> int:
     print(f"labkit: {cfg.model.size} model ({cfg.model.num_params():,} parameters), {cfg.stages} stages x "
           f"{list(cfg.peers_per_stage)} peers, split {list(cfg.layer_split)}, {cfg.steps} steps -> {run_dir}")
     events = run.events.subscribe()
-    if args.backend == "dask":
-        print(f"labkit: Dask dashboard: {run.dashboard() or 'not available (install bokeh)'}")
+    dashboard = run.dashboard()
+    if dashboard:
+        print(f"labkit: Dask dashboard: {dashboard}")
     bar = tqdm(total=cfg.steps, unit="step", disable=args.no_progress, dynamic_ncols=True)
     tokens, t_first = 0, None
     try:

@@ -154,6 +154,10 @@ class Run:
     def done(self) -> bool:
         return self._done.is_set()
 
+    def dashboard(self, timeout: float = 60) -> str | None:
+        """The Dask dashboard's address: None here, where no cluster runs the swarm."""
+        return None
+
     def stop(self) -> None:
         """Ask the run to stop after the microbatches in flight; returns at once."""
         self._stop.set()
@@ -254,18 +258,21 @@ def _then(future: Future, fn: Callable[[Any], Any]) -> Future:
     return out
 
 
-def launch(config: RunConfig, *, backend: str = "inprocess", scheduler: str | None = None,
+def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | None = None,
            run_dir: str | Path | None = None, resume: str | Path | None = None) -> Run:
     """Start a run in the background and return its handle at once.
 
     backend: "inprocess" (threads in this process) or "dask" (every peer and trainer an actor on
-    its own worker of a Dask cluster). scheduler: with "dask", the address of a running
-    `dask scheduler` (None: an embedded LocalCluster of worker processes on this machine).
+    its own worker of a Dask cluster); None: "dask" if a scheduler is given, else "inprocess".
+    scheduler: the address of a running `dask scheduler` (None with "dask": an embedded
+    LocalCluster of worker processes on this machine).
     run_dir: where to write events.jsonl, summary.json and the final checkpoint. resume: a
     checkpoint to continue from.
     """
     if not isinstance(config, RunConfig):
         raise TypeError(f"config={config!r} is not allowed: a labkit.RunConfig")
+    if backend is None:
+        backend = "dask" if scheduler is not None else "inprocess"
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not allowed: one of {list(BACKENDS)}")
     if backend == "dask":

@@ -36,7 +36,7 @@ def test_train_writes_a_run_directory(tmp_path: Path) -> None:
     (["--lr", "-1"], "RunConfig.lr=-1.0 is not allowed"),
     (["--data", "/no/such/path"], "does not exist"),
     (["--bogus"], "unrecognized arguments: --bogus"),
-    (["--scheduler", "tcp://127.0.0.1:9"], "scheduler='tcp://127.0.0.1:9' is not allowed with backend='inprocess'"),
+    (["--backend", "inprocess", "--scheduler", "tcp://127.0.0.1:9"], "is not allowed with backend='inprocess'"),
     (["--backend", "ray"], "argument --backend: invalid choice"),
     (["--rebalance-period", "-5"], "RunConfig.rebalance_period=-5.0 is not allowed"),
 ])

@@ -218,7 +218,7 @@ def test_bad_scheduler_address_is_one_clear_error(small_run: RunConfig) -> None:
     summary = run.wait(120)
     assert summary["status"] == "failed" and "scheduler='tcp://127.0.0.1:9' cannot be reached" in summary["error"]
     with pytest.raises(ValueError, match="needs backend='dask'"):
-        labkit.launch(small_run, scheduler="tcp://127.0.0.1:9")
+        labkit.launch(small_run, backend="inprocess", scheduler="tcp://127.0.0.1:9")
 
 
 def test_diloco_averages_pseudo_gradients_across_processes(cluster, small_run: RunConfig) -> None:
