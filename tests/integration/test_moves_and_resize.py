@@ -45,7 +45,7 @@ def test_recut_keeps_parameters_and_optimizer_state_bit_identical(small_run: Run
     run.wait(120)
     swarm = run._swarm
     before = swarm.snapshots
-    swarm.bounds = [(0, 1), (1, 3)]
+    swarm.cfg = swarm.cfg.replace(layer_split=(1, 3))
     after = recut_states(before, swarm._build, 2)
     assert after[0]["param_names"][-1].startswith("blocks.0.") and after[1]["param_names"][0].startswith("blocks.1.")
     full_before, full_after = assemble([s["params"] for s in before]), assemble([s["params"] for s in after])
