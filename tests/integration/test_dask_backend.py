@@ -112,6 +112,45 @@ def test_sigkill_of_a_peer_worker_is_survived_exactly(cluster, small_run: RunCon
     assert _distance_to_reference(cfg, _final_params(tmp_path)) <= TOL
 
 
+def _fail_at_averaging(how: str, after: int, dask_worker=None) -> None:
+    """Run on one peer's worker: from its (after+1)-th step-boundary gradient request on, the
+    process dies by SIGKILL ("dies") or the request never returns ("hangs"). The fault is forced
+    here, at the averaging, but it is real: a dead process or a silent peer."""
+    from labkit.runtime.cluster.actors import PeerActor
+
+    peer = next(a for a in dask_worker.state.actors.values() if isinstance(a, PeerActor)).peer
+    original, calls = peer.gradients, []
+
+    def gradients():
+        calls.append(1)
+        if len(calls) > after:
+            if how == "dies":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(3600)
+        return original()
+
+    peer.gradients = gradients
+
+
+@pytest.mark.parametrize("how", ["dies", "hangs"])
+def test_a_peer_failing_mid_average_is_dropped_with_exact_accounting(cluster, small_run: RunConfig, tmp_path: Path,
+                                                                      how: str) -> None:
+    """The run neither hangs nor loses a sample: the failed peer is evicted (at once, or after
+    peer_timeout), its samples are recomputed by the survivors, and training still equals the
+    single-process loop."""
+    cfg = _float64(small_run, peers=(2, 2), steps=6, peer_timeout=5.0)
+    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
+    _wait(lambda: run.state()["step"] >= 1, 120, "step 1")
+    victim = next(p for p in run.state()["stages"][1]["peers"] if p["peer"] == "s1p1")
+    Client(cluster.scheduler_address).run(_fail_at_averaging, how, 2, workers=[victim["worker"]])
+    summary = run.wait(300)
+    assert summary["status"] == "finished", summary
+    killed = [e for e in run.events.history("peer") if e["state"] == "killed"]
+    assert [e["peer"] for e in killed] == ["s1p1"] and "gradients failed at the step boundary" in killed[0]["reason"]
+    _assert_exact_accounting(run, cfg)
+    assert _distance_to_reference(cfg, _final_params(tmp_path)) <= TOL
+
+
 def _equal_states(a, b) -> bool:
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
