@@ -157,29 +157,35 @@ class InProcessSwarm(Membership):
 
         First every stage's gradients are gathered and checked; a peer that fails or times out
         there is evicted and the boundary waits for its samples to be recomputed. Then each stage
-        steps; a peer failing now is evicted and the stage goes on with the survivors."""
+        steps; a peer failing now is evicted and the stage goes on with the survivors. Requests to
+        the peers of all stages go out at once (they may be in other processes)."""
         step = self.ledger.step
-        gathered = [self._collect(stage) for stage in range(self.num_stages)]
-        if any(g is None for g in gathered):
+        gathered = self._collect()
+        if gathered is None:
             return
         decision = self.schedule.boundary()
-        for stage, (peers, taken) in enumerate(gathered):
-            if decision.allreduce:
-                grads = [torch.stack(parts).sum(0) for parts in zip(*(g for g, _ in taken))]  # sum over peers
-                self._gather("optimizer_step", [(p, (grads, step)) for p in peers])
-                self._dp_bytes(step, stage, "allreduce", peers, grads)
-            else:
-                self._gather("local_step", [(p, (g, n, step)) for p, (g, n) in zip(peers, taken) if n > 0])
-                if decision.outer:
+        if decision.allreduce:
+            sums = [[torch.stack(parts).sum(0) for parts in zip(*(g for g, _ in taken))] for _, taken in gathered]  # over peers
+            self._gather("optimizer_step", [(p, (sums[stage], step)) for stage, (peers, _) in enumerate(gathered) for p in peers])
+            for stage, (peers, _) in enumerate(gathered):
+                self._dp_bytes(step, stage, "allreduce", peers, sums[stage])
+        else:
+            self._gather("local_step", [(p, (g, n, step)) for peers, taken in gathered for p, (g, n) in zip(peers, taken) if n > 0])
+            if decision.outer:
+                for stage in range(self.num_stages):
                     self._outer_step(step, stage, self.live(stage))
-            if decision.switch_to is not None:
+        if decision.switch_to is not None:
+            for stage in range(self.num_stages):
                 self._switch(self.live(stage), decision.switch_to)
-            survivors = self.live(stage)
-            for p in survivors:
+        firsts = [self.live(stage)[:1] for stage in range(self.num_stages)]
+        for stage in range(self.num_stages):
+            for p in self.live(stage):
                 p.call("drop_stash")
-            states = [st for st in self._gather("state", [(p, ()) for p in survivors[:1]]) if st is not None]
-            if states:
-                self.snapshots[stage] = states[0]
+        states = iter(self._gather("state", [(first[0], ()) for first in firsts if first]))
+        for stage, first in enumerate(firsts):
+            state = next(states) if first else None
+            if state is not None:
+                self.snapshots[stage] = state
         if self._new_split is not None:
             self._apply_split(self._new_split)
         self.last_loss = self.ledger.loss()
@@ -220,21 +226,26 @@ class InProcessSwarm(Membership):
                 results.append(None)
         return results
 
-    def _collect(self, stage: int) -> tuple[list[StagePeer], list[tuple[list[torch.Tensor], int]]] | None:
-        """Every live peer's gradient sums, checked against the ledger's credits; None if a peer
-        had to be evicted (its samples are then recomputed before the boundary is tried again)."""
-        peers = self.live(stage)
-        taken = self._gather("gradients", [(p, ()) for p in peers])
+    def _collect(self) -> list[tuple[list[StagePeer], list[tuple[list[torch.Tensor], int]]]] | None:
+        """Every stage's live peers and their gradient sums, checked against the ledger's credits;
+        None if a peer had to be evicted (its samples are then recomputed before the boundary is
+        tried again)."""
+        peers = [self.live(stage) for stage in range(self.num_stages)]
+        taken = self._gather("gradients", [(p, ()) for stage_peers in peers for p in stage_peers])
         if any(t is None for t in taken):
             return None
-        credited = self.ledger.samples(stage)
-        for p, (_, samples) in zip(peers, taken):
-            if samples != credited.get(p.name, 0):
-                raise RuntimeError(f"accounting broke: {p.name} accumulated {samples} samples, ledger credits {credited.get(p.name, 0)}")
-        total = sum(n for _, n in taken)
-        if total != self.cfg.global_batch:
-            raise RuntimeError(f"stage {stage} summed {total} samples, not the global batch {self.cfg.global_batch}")
-        return peers, taken
+        gathered, rest = [], iter(taken)
+        for stage, stage_peers in enumerate(peers):
+            stage_taken = [next(rest) for _ in stage_peers]
+            credited = self.ledger.samples(stage)
+            for p, (_, samples) in zip(stage_peers, stage_taken):
+                if samples != credited.get(p.name, 0):
+                    raise RuntimeError(f"accounting broke: {p.name} accumulated {samples} samples, ledger credits {credited.get(p.name, 0)}")
+            total = sum(n for _, n in stage_taken)
+            if total != self.cfg.global_batch:
+                raise RuntimeError(f"stage {stage} summed {total} samples, not the global batch {self.cfg.global_batch}")
+            gathered.append((stage_peers, stage_taken))
+        return gathered
 
     def _outer_step(self, step: int, stage: int, peers: list[StagePeer]) -> None:
         """DiLoCo: average the peers' pseudo-gradients, weighted by samples, and step every peer."""

@@ -53,6 +53,21 @@ class Encoded:
         """The same encoding with its payload on `device` (a GPU peer sends from host memory)."""
         return Encoded(self.codec, tuple(t.to(device) for t in self.payload), self.shape, self.dtype)
 
+    def __reduce__(self) -> tuple[Any, tuple]:
+        """Pickle each payload tensor as a byte view (host memory): with pickle protocol 5, as Dask
+        uses, the bytes travel out of band without a copy, where a tensor would be copied twice."""
+        views = tuple((t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy(), t.dtype, tuple(t.shape))
+                      for t in self.payload)
+        return _rebuild_encoded, (self.codec, views, self.shape, self.dtype)
+
+
+def _rebuild_encoded(codec: str, views: tuple, shape: tuple[int, ...], dtype: torch.dtype) -> Encoded:
+    """Unpickle an `Encoded`: each payload tensor over its received bytes (copied only if the
+    buffer is read-only, which torch tensors may not share)."""
+    payload = tuple(torch.from_numpy(raw if raw.flags.writeable else raw.copy()).view(t_dtype).view(t_shape)
+                    for raw, t_dtype, t_shape in views)
+    return Encoded(codec, payload, shape, dtype)
+
 
 class Codec(ABC):
     """Turns a tensor into an `Encoded` and back; decode restores the original shape and dtype."""
