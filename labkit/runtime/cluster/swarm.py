@@ -72,6 +72,7 @@ class ClusterSwarm(InProcessSwarm):
         self._last_seen: dict[str, float] = {}
         self._placed: dict[str, str] = {coordinator[0]: "coordinator"}  # worker address -> what runs there
         self._initial_workers = set(self._workers())
+        self._running = False
         client.run(join, run_id, self.dht_peers, host)  # every worker joins the DHT now, in parallel
         super().__init__(cfg, log, resume)
 
@@ -101,7 +102,10 @@ class ClusterSwarm(InProcessSwarm):
     def _make_peer(self, name: str, stage: int, state: dict[str, Any], delay: float = 0.0, source: Any = None) -> RemotePeer:
         """Start peer `name` as an actor: on the worker it had (a rebuild), else on a free worker.
         It downloads its state from `source` (a live neighbour) directly when there is one.
-        Returns at once; the peer counts as silent (and may be evicted) only once it started."""
+        Before the run starts it returns at once (the first peers start in parallel); mid-run it
+        waits, under the swarm's lock, until the peer holds its state, so that no step boundary
+        falls between the download and the peer's first step. A peer counts as silent (and may be
+        evicted) only once it started."""
         worker = next((w for w, what in self._placed.items() if what == name), None) or self._free_worker()
         self._placed[worker] = name
         key = f"labkit-peer-{self.run_id}-{name}-{uuid.uuid4().hex[:8]}"
@@ -109,7 +113,14 @@ class ClusterSwarm(InProcessSwarm):
         future = self.client.submit(PeerActor, self.run_id, key, name, stage, self.cfg, None if origin else state, delay,
                                     self.dht_peers, origin, key=key, actor=True, workers=[worker], allow_other_workers=False)
         future.add_done_callback(lambda f: self._started(name, f))
-        return RemotePeer(name, stage, key, None, self._announcement, self._withdraw, delay, owner=future)
+        peer = RemotePeer(name, stage, key, None, self._announcement, self._withdraw, delay, owner=future)
+        if self._running:  # mid-run the peer must hold its state before the next step boundary
+            try:
+                peer.actor
+            except Exception:
+                del self._placed[worker]
+                raise
+        return peer
 
     def _started(self, name: str, future: Any) -> None:
         """A peer's actor started (from then on it must announce itself), or failed to."""
@@ -140,6 +151,7 @@ class ClusterSwarm(InProcessSwarm):
         """Wait for the first peers (they start in parallel), then start trainers and the watcher."""
         for peer in self._peers.values():
             peer.actor
+        self._running = True
         super().start()
         threading.Thread(target=self._watch, name="labkit-watch", daemon=True).start()
 
