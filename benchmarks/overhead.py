@@ -37,20 +37,31 @@ def labkit_tokens_per_second(cfg: RunConfig) -> float:
     return summary["tokens_per_second"]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def workload_parser(description: str) -> argparse.ArgumentParser:
+    """Flags of the training workload the throughput benchmarks share (and --repeats)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--size", default="nano")
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--global-batch", type=int, default=32)
     parser.add_argument("--microbatch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    return parser
+
+
+def workload_config(args: argparse.Namespace, **changes: object) -> RunConfig:
+    """The benchmark workload: a capped stdlib corpus, no evaluation during the run."""
+    return RunConfig(model=ModelConfig(size=args.size, seq_len=args.seq_len), data=DataConfig(max_bytes=8_000_000),
+                     global_batch=args.global_batch, microbatch=args.microbatch, steps=args.steps, eval_every=0,
+                     eval_batches=1, **changes)
+
+
+def main() -> None:
+    parser = workload_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    base = RunConfig(model=ModelConfig(size=args.size, seq_len=args.seq_len), data=DataConfig(max_bytes=8_000_000),
-                     global_batch=args.global_batch, microbatch=args.microbatch, steps=args.steps, eval_every=0,
-                     eval_batches=1, threads=args.threads)
+    base = workload_config(args, threads=args.threads)
     sampler = WindowSampler(load_corpus(base.data).train, base.model.seq_len, base.seed)
     variants = {
         "labkit 1x1": base.replace(stages=1, peers=1, trainers=1),

@@ -29,16 +29,15 @@ Last line: pipeline_ratio=<labkit dask 2x1 tokens/s / plain 2-thread tokens/s>.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
 
 import torch
-from overhead import plain_tokens_per_second
+from overhead import plain_tokens_per_second, workload_config, workload_parser
 
 import labkit
-from labkit.config import DataConfig, ModelConfig, RunConfig
+from labkit.config import RunConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.runtime.cluster.run import connect
 
@@ -58,18 +57,10 @@ def labkit_run(cfg: RunConfig, **launch: str) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", default="nano")
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--global-batch", type=int, default=32)
-    parser.add_argument("--microbatch", type=int, default=16)
+    parser = workload_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--trainers", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    base = RunConfig(model=ModelConfig(size=args.size, seq_len=args.seq_len), data=DataConfig(max_bytes=8_000_000),
-                     global_batch=args.global_batch, microbatch=args.microbatch, steps=args.steps, eval_every=0,
-                     eval_batches=1, stages=2, peers=1, trainers=args.trainers, threads=1)
+    base = workload_config(args, stages=2, peers=1, trainers=args.trainers, threads=1)
     sampler = WindowSampler(load_corpus(base.data).train, base.model.seq_len, base.seed)
     client, cluster = connect(None, base)
     n_workers = len(cluster.workers)

@@ -51,7 +51,27 @@ def resumed_config(cfg: RunConfig, checkpoint: dict[str, Any] | None) -> RunConf
 SwarmFactory = Callable[[RunConfig, EventLog, "dict[str, Any] | None"], InProcessSwarm]
 
 
-class Run:
+class RunHandle:
+    """What every run handle shares: `_done` is set once the run ended and `_summary` filled."""
+
+    _done: threading.Event
+    _summary: dict[str, Any]
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        """Block until the run ends (or `timeout` seconds pass); return the summary so far."""
+        self._done.wait(timeout)
+        return dict(self._summary)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def summary(self) -> dict[str, Any]:
+        """The end-of-run summary (empty while running)."""
+        return dict(self._summary)
+
+
+class Run(RunHandle):
     """A live training run: events, state, and the verbs that steer it.
 
     `swarm_factory` builds the executor (default: peers and trainers as threads of this process);
@@ -145,15 +165,6 @@ class Run:
         return self._swarm
 
     # -- verbs ----------------------------------------------------------------------------------
-    def wait(self, timeout: float | None = None) -> dict[str, Any]:
-        """Block until the run ends (or `timeout` seconds pass); return the summary so far."""
-        self._done.wait(timeout)
-        return dict(self._summary)
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
     def dashboard(self, timeout: float = 60) -> str | None:
         """The Dask dashboard's address: None here, where no cluster runs the swarm."""
         return None
@@ -239,9 +250,6 @@ class Run:
         return {"status": status, "step": swarm.ledger.step, "steps": self.config.steps, "loss": swarm.last_loss,
                 "paused_stages": sorted(swarm.paused_stages), "stages": stages}
 
-    def summary(self) -> dict[str, Any]:
-        """The end-of-run summary (empty while running)."""
-        return dict(self._summary)
 
 
 def _then(future: Future, fn: Callable[[Any], Any]) -> Future:
@@ -259,7 +267,7 @@ def _then(future: Future, fn: Callable[[Any], Any]) -> Future:
 
 
 def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | None = None,
-           run_dir: str | Path | None = None, resume: str | Path | None = None) -> Run:
+           run_dir: str | Path | None = None, resume: str | Path | None = None) -> RunHandle:
     """Start a run in the background and return its handle at once.
 
     backend: "inprocess" (threads in this process) or "dask" (every peer and trainer an actor on

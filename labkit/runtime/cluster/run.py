@@ -26,7 +26,7 @@ from labkit.runtime.cluster.actors import CoordinatorActor
 from labkit.runtime.cluster.placement import coordinator_worker
 from labkit.runtime.cluster.remote import START_TIMEOUT
 from labkit.runtime.eventlog import EventLog
-from labkit.runtime.run import resumed_config
+from labkit.runtime.run import RunHandle, resumed_config
 
 POLL_SECONDS = 0.2  # how often the handle fetches new events from the coordinator
 CONNECT_TIMEOUT = 10  # seconds to reach a given scheduler
@@ -53,7 +53,7 @@ def _warm_up() -> None:
     import labkit.runtime.cluster.actors  # noqa: F401
 
 
-class ClusterRun:
+class ClusterRun(RunHandle):
     """A live run on a Dask cluster: events, state, and the verbs of `labkit.Run`."""
 
     def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
@@ -139,15 +139,6 @@ class ClusterRun:
         return self.dashboard_link
 
     # -- verbs (the same as labkit.Run's) -------------------------------------------------------
-    def wait(self, timeout: float | None = None) -> dict[str, Any]:
-        """Block until the run ends (or `timeout` seconds pass); return the summary so far."""
-        self._done.wait(timeout)
-        return dict(self._summary)
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
     def stop(self) -> None:
         """Ask the run to stop after the microbatches in flight; returns at once."""
         self._stop.set()
@@ -215,6 +206,3 @@ class ClusterRun:
             return {"status": self._summary.get("status", "failed"), "step": self._summary.get("steps", 0), "stages": []}
         return self._coordinator.verb("state").result()
 
-    def summary(self) -> dict[str, Any]:
-        """The end-of-run summary (empty while running)."""
-        return dict(self._summary)
