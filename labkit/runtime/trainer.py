@@ -46,7 +46,8 @@ def _nbytes(x: Any) -> int:
 
 
 class Trainer:
-    """One trainer thread of the in-process swarm."""
+    """One trainer thread. Its swarm is the in-process swarm, or on a Dask worker a `SwarmClient`
+    with the same methods (labkit/runtime/cluster/client.py)."""
 
     def __init__(self, name: str, swarm: InProcessSwarm) -> None:
         self.name, self.swarm = name, swarm
