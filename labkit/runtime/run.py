@@ -266,14 +266,15 @@ def _then(future: Future, fn: Callable[[Any], Any]) -> Future:
     return out
 
 
-def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | None = None,
+def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | None = None, host: str = "127.0.0.1",
            run_dir: str | Path | None = None, resume: str | Path | None = None) -> RunHandle:
     """Start a run in the background and return its handle at once.
 
     backend: "inprocess" (threads in this process) or "dask" (every peer and trainer an actor on
     its own worker of a Dask cluster); None: "dask" if a scheduler is given, else "inprocess".
     scheduler: the address of a running `dask scheduler` (None with "dask": an embedded
-    LocalCluster of worker processes on this machine).
+    LocalCluster of worker processes on this machine). host: with "dask", the interface the DHT
+    nodes (and an embedded cluster) listen on: loopback unless you say otherwise.
     run_dir: where to write events.jsonl, summary.json and the final checkpoint. resume: a
     checkpoint to continue from.
     """
@@ -286,7 +287,7 @@ def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | No
     if backend == "dask":
         from labkit.runtime.cluster.run import ClusterRun
 
-        return ClusterRun(config, run_dir=run_dir, resume=resume, scheduler=scheduler)
+        return ClusterRun(config, run_dir=run_dir, resume=resume, scheduler=scheduler, host=host)
     if scheduler is not None:
         raise ValueError(f"scheduler={scheduler!r} is not allowed with backend='inprocess': a scheduler address needs backend='dask'")
     return Run(config, run_dir=run_dir, resume=resume)
