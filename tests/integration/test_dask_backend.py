@@ -140,7 +140,7 @@ def test_a_peer_failing_mid_average_is_dropped_with_exact_accounting(cluster, sm
     """The run neither hangs nor loses a sample: the failed peer is evicted (at once, or after
     peer_timeout), its samples are recomputed by the survivors, and training still equals the
     single-process loop."""
-    cfg = _float64(small_run, peers=(2, 2), steps=12, peer_timeout=5.0)
+    cfg = _float64(small_run, peers=(2, 2), steps=20, peer_timeout=5.0)
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
     _wait(lambda: run.state()["step"] >= 1, 120, "step 1")
     victim = next(p for p in run.state()["stages"][1]["peers"] if p["peer"] == "s1p1")
