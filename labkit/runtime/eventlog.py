@@ -6,6 +6,7 @@ import json
 import queue
 import threading
 from collections import deque
+from itertools import islice
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,8 +62,8 @@ class EventLog:
         """Events numbered `index` onward that are still in the history, and the next index
         (a reader that polls with the returned index sees every event once)."""
         with self._lock:
-            first = self._count - len(self._history)
-            return list(self._history)[max(0, index - first):], self._count
+            new = min(max(0, self._count - index), len(self._history))
+            return list(islice(reversed(self._history), new))[::-1], self._count
 
     def close(self) -> None:
         with self._lock:

@@ -93,12 +93,13 @@ class PeerActor:
         return result if self.peer.device.type == "cpu" else _to_host(result)
 
     async def stop(self, crash: bool) -> None:
-        """Leave the swarm: crash (drop everything at once) or close after the queued requests."""
+        """Leave the swarm: crash (drop everything at once, as a crash would; the coordinator
+        withdraws the record) or close after the queued requests and withdraw the record."""
         self._stopped.set()
         if crash:
             self.peer.kill()
-        else:
-            await asyncio.get_running_loop().run_in_executor(None, self.peer.close)
+            return
+        await asyncio.get_running_loop().run_in_executor(None, self.peer.close)
         self._directory.withdraw(self.peer.stage, self._key)
 
 
