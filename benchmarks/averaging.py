@@ -52,6 +52,8 @@ from multiprocessing.process import BaseProcess
 import torch
 from distributed import Actor, Client, LocalCluster
 
+from labkit.runtime.cluster.workers import cluster_workers
+
 MB = 1_000_000
 N_TENSORS = 8
 WARMUP = 2
@@ -307,7 +309,7 @@ def dask_actors(n: int, sizes: Sequence[float]) -> Iterator[tuple[Actor, list[Ac
                        dashboard_address=None, silence_logs=logging.ERROR) as cluster,
           Client(cluster) as client):
         client.wait_for_workers(n + 1)
-        workers = sorted(client.scheduler_info()["workers"])
+        workers = sorted(cluster_workers(client))
         peer_futures = [client.submit(DaskPeer, rank, n, sizes, actor=True, workers=[workers[rank]],
                                       allow_other_workers=False, key=f"peer-{rank}")
                         for rank in range(n)]

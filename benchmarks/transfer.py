@@ -38,6 +38,7 @@ from labkit.runtime.cluster.actors import PeerActor
 from labkit.runtime.cluster.dht import release
 from labkit.runtime.cluster.remote import START_TIMEOUT, RemotePeer, peer_actor
 from labkit.runtime.membership import stage_module
+from labkit.runtime.cluster.workers import cluster_workers
 from labkit.wire import Encoded, get_codec
 
 SHAPE = (4, 512, 768)
@@ -115,7 +116,7 @@ def start_labkit(client: Client) -> tuple[str, Any, Any]:
     """A `PeerActor` (stage 0 of a 1-stage nano model) on worker B, made as `ClusterSwarm._make_peer`
     makes one, with its own one-node DHT (its announcements go nowhere else: nobody discovers it,
     the caller is given its address); and a `Caller` on worker A. Returns the run id and their futures."""
-    a, b = sorted(client.scheduler_info()["workers"])
+    a, b = sorted(cluster_workers(client))
     cfg = RunConfig(model=ModelConfig(size="nano"), stages=1, peers=1)
     state = {"params": stage_module(cfg, 0, init_run_state(cfg.model, cfg.seed, cfg.compression, cfg.stages)).state_dict(),
              "optimizer": None}

@@ -25,6 +25,7 @@ from labkit.runtime.checkpoint import load_checkpoint
 from labkit.runtime.cluster.actors import CoordinatorActor
 from labkit.runtime.cluster.placement import coordinator_worker
 from labkit.runtime.cluster.remote import START_TIMEOUT
+from labkit.runtime.cluster.workers import cluster_workers
 from labkit.runtime.eventlog import EventLog
 from labkit.runtime.run import RunHandle, resumed_config
 
@@ -83,7 +84,7 @@ class ClusterRun(RunHandle):
             self.dashboard_link = client.dashboard_link
             self._connected.set()
             client.run(_warm_up)  # every worker imports torch and labkit now, in parallel
-            worker = coordinator_worker(client.scheduler_info()["workers"])
+            worker = coordinator_worker(cluster_workers(client))
             key = f"labkit-coordinator-{self.run_id}"
             owner = client.submit(CoordinatorActor, self.run_id, key, self.config, checkpoint, host, key=key, actor=True,
                                   workers=[worker], allow_other_workers=False)

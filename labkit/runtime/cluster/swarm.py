@@ -24,6 +24,7 @@ from labkit.runtime.cluster.actors import PeerActor, TrainerActor
 from labkit.runtime.cluster.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, StageDirectory, join, node_for, release
 from labkit.runtime.cluster.placement import peer_worker, trainer_workers
 from labkit.runtime.cluster.remote import START_TIMEOUT, RemotePeer
+from labkit.runtime.cluster.workers import cluster_workers
 from labkit.runtime.eventlog import EventLog
 from labkit.runtime.swarm import InProcessSwarm
 
@@ -78,7 +79,7 @@ class ClusterSwarm(InProcessSwarm):
 
     # -- placement -----------------------------------------------------------------------------
     def _workers(self) -> dict[str, dict[str, Any]]:
-        return self.client.scheduler_info()["workers"]
+        return cluster_workers(self.client)
 
     def _free_worker(self) -> str:
         """A worker hosting nothing of this run: one that joined mid-run first, then GPU workers."""
