@@ -120,9 +120,12 @@ class StagePeer:
         self.samples = 0
 
     def close(self) -> None:
-        """Stop the worker after the requests already queued (a clean shutdown)."""
+        """Stop the worker after the requests already queued (a clean shutdown). Requests sent
+        afterwards fail at once with `PeerDied`: a caller holding an old handle must not wait."""
         self._requests.put(None)
         self._thread.join(timeout=10)
+        self._alive = False
+        self._fail_queued()
         if self._updater is not None:
             self._updater.shutdown(wait=True)
 

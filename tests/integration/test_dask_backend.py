@@ -102,7 +102,8 @@ def test_sigkill_of_a_peer_worker_is_survived_exactly(cluster, small_run: RunCon
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
     _wait(lambda: run.state()["step"] >= 2, 120, "step 2")
     victim = next(p for p in run.state()["stages"][0]["peers"] if p["peer"] == "s0p1")
-    pids = Client(cluster.scheduler_address).run(os.getpid)
+    with Client(cluster.scheduler_address) as client:
+        pids = client.run(os.getpid)
     os.kill(pids[victim["worker"]], signal.SIGKILL)
     summary = run.wait(300)
     assert summary["status"] == "finished", summary
@@ -144,7 +145,8 @@ def test_a_peer_failing_mid_average_is_dropped_with_exact_accounting(cluster, sm
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
     _wait(lambda: run.state()["step"] >= 1, 120, "step 1")
     victim = next(p for p in run.state()["stages"][1]["peers"] if p["peer"] == "s1p1")
-    Client(cluster.scheduler_address).run(_fail_at_averaging, how, 0, workers=[victim["worker"]])
+    with Client(cluster.scheduler_address) as client:
+        client.run(_fail_at_averaging, how, 0, workers=[victim["worker"]])
     assert run.state()["step"] < cfg.steps - 2, "the fault must come with steps left to run"
     summary = run.wait(300)
     assert summary["status"] == "finished", summary
@@ -159,7 +161,8 @@ def _wait_for_restart(cluster) -> None:
     """After a SIGKILL the nanny restarts the worker under a new address: wait for it, so that the
     next run of the shared cluster does not place an actor on the dead one (a known race: an actor
     pinned to a worker that died meanwhile waits for START_TIMEOUT)."""
-    Client(cluster.scheduler_address).wait_for_workers(8, timeout=120)
+    with Client(cluster.scheduler_address) as client:
+        client.wait_for_workers(8, timeout=120)
 
 
 def _equal_states(a, b) -> bool:
@@ -233,10 +236,9 @@ def external_cluster(tmp_path: Path):
         start("scheduler", "--host", "127.0.0.1", "--port", "0", "--scheduler-file", str(scheduler_file), "--no-dashboard")
         _wait(scheduler_file.exists, 60, "the scheduler file")
         add_worker(4)
-        client = Client(scheduler_file=str(scheduler_file), timeout=60)
-        client.wait_for_workers(4, timeout=120)
-        yield client.scheduler.address, add_worker, client
-        client.close()
+        with Client(scheduler_file=str(scheduler_file), timeout=60) as client:
+            client.wait_for_workers(4, timeout=120)
+            yield client.scheduler.address, add_worker, client
     finally:
         for proc in procs:
             try:

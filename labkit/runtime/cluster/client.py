@@ -34,6 +34,8 @@ class SwarmClient:
         self._directory = StageDirectory(node_for(run_id, dht_peers), run_id, cfg.stages)
         self._announced: dict[str, dict[str, Any]] = self._directory.discover()
         self._handles: dict[tuple[str, str], RemotePeer] = {}
+        self._instances: dict[str, int] = {}  # actor key -> the order this client first saw it in
+        self._called: dict[str, str] = {}  # peer name -> actor key of the handle last given out
         self._events: list[events.Event] = []
         self._stop = threading.Event()
         threading.Thread(target=self._refresh, name="labkit-discover", daemon=True).start()
@@ -57,8 +59,10 @@ class SwarmClient:
         self._events.append(event)
 
     def registry(self) -> dict[str, tuple[int, int]]:
-        """Peers announced in the DHT: name -> (stage, 0)."""
-        return {name: (int(info["stage"]), 0) for name, info in self._announced.items()}
+        """Peers announced in the DHT: name -> (stage, instance). A peer rebuilt under the same
+        name has a new actor key, hence a new instance: the trainer's router un-bans it."""
+        return {name: (int(info["stage"]), self._instances.setdefault(info["key"], len(self._instances)))
+                for name, info in self._announced.items()}
 
     def peer(self, name: str) -> RemotePeer | None:
         info = self._announced.get(name)
@@ -67,6 +71,7 @@ class SwarmClient:
         handle = (info["address"], info["key"])
         if handle not in self._handles:
             self._handles[handle] = RemotePeer(name, int(info["stage"]), info["key"], peer_actor(*handle))
+        self._called[name] = info["key"]
         return self._handles[handle]
 
     def next_task(self) -> Task | None:
@@ -81,10 +86,11 @@ class SwarmClient:
         self._coordinator.trainer_call("stage_empty", stage).result()
 
     def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
-        self._coordinator.trainer_call("peer_timed_out", name, may_have_accumulated).result()
+        self._coordinator.trainer_call("peer_timed_out", name, may_have_accumulated, self._called.get(name)).result()
 
     def peer_failed(self, name: str, exc: BaseException) -> None:
-        self._coordinator.trainer_call("peer_failed", name, RuntimeError(f"{type(exc).__name__}: {exc}")).result()
+        error = RuntimeError(f"{type(exc).__name__}: {exc}")
+        self._coordinator.trainer_call("peer_failed", name, error, self._called.get(name)).result()
 
     def fail(self, exc: BaseException) -> None:
         self._coordinator.trainer_call("fail", RuntimeError(f"{type(exc).__name__}: {exc}")).result()

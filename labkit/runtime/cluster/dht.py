@@ -57,11 +57,21 @@ class DhtNode:
         return out
 
     def shutdown(self) -> None:
+        """Stop the node and its loop, cancelling the node's background tasks first (left
+        pending, each would log "Task was destroyed but it is pending" when collected)."""
         try:
             self._run(self._node.shutdown())
+            self._run(_cancel_other_tasks())
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
+
+
+async def _cancel_other_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class StageDirectory:

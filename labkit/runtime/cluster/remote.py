@@ -8,11 +8,14 @@ are what the peer last published to the DHT.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from distributed.actor import Actor
+
+from labkit.runtime.cluster.dht import ANNOUNCE_TTL
 
 # Enough threads for every request one process has outstanding at once (a trainer has one; the
 # coordinator's step boundary has one per peer).
@@ -87,4 +90,12 @@ class RemotePeer:
         except Exception:  # its worker died meanwhile: nothing left to stop
             pass
         finally:
-            self._owner = None  # the actor is released
+            release = threading.Timer(ANNOUNCE_TTL, self._release)
+            release.daemon = True
+            release.start()
+
+    def _release(self) -> None:
+        """Let the stopped actor go, once no trainer's view of the DHT can still name it: a
+        request to a stopped actor fails at once (`PeerDied`), while one to a released actor never
+        returns (distributed 2026.8 drops the worker's KeyError instead of raising it)."""
+        self._owner = None

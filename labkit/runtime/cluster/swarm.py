@@ -130,6 +130,22 @@ class ClusterSwarm(InProcessSwarm):
         else:
             threading.Thread(target=self._evict, args=(name, f"failed to start: {future.exception()}"), daemon=True).start()
 
+    def peer_timed_out(self, name: str, may_have_accumulated: bool, key: str | None = None) -> None:
+        """As in-process, unless the trainer called an earlier instance of `name` (actor `key`)."""
+        if self._is_current(name, key):
+            super().peer_timed_out(name, may_have_accumulated)
+
+    def peer_failed(self, name: str, exc: BaseException, key: str | None = None) -> None:
+        """As in-process, unless the trainer called an earlier instance of `name` (actor `key`)."""
+        if self._is_current(name, key):
+            super().peer_failed(name, exc)
+
+    def _is_current(self, name: str, key: str | None) -> bool:
+        """Whether actor `key` still serves peer `name`: a trainer's stale DHT view may have sent
+        a request to the instance a rebuild replaced, whose fault says nothing of the new one."""
+        peer = self.peer(name)
+        return peer is not None and (key is None or peer.key == key)
+
     def _announcement(self, name: str) -> dict[str, Any]:
         return self._announced.get(name, {})
 
