@@ -7,11 +7,13 @@ microbatch gradients differs) the parameters stay within 1e-10 of single-process
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,13 @@ from distributed import Client, LocalCluster
 import labkit
 from labkit.config import ModelConfig, RunConfig
 from labkit.data import WindowSampler, load_corpus
-from labkit.model import assemble
+from labkit.model import assemble, init_run_state
+from labkit.runtime.cluster.actors import PeerActor
+from labkit.runtime.cluster.dht import release
+from labkit.runtime.cluster.remote import START_TIMEOUT, RemotePeer, peer_actor
+from labkit.runtime.cluster.workers import cluster_workers
+from labkit.runtime.membership import stage_module
+from labkit.runtime.peer import PeerDied
 from labkit.runtime.reference import train_reference
 
 pytestmark = pytest.mark.slow
@@ -163,6 +171,39 @@ def _wait_for_restart(cluster) -> None:
     pinned to a worker that died meanwhile waits for START_TIMEOUT)."""
     with Client(cluster.scheduler_address) as client:
         client.wait_for_workers(8, timeout=120)
+
+
+def _call_stale(address: str, key: str) -> str:
+    """On a worker, as a trainer would: one request to the peer actor `key`; what came of it."""
+    try:
+        return RemotePeer("s0p0", 0, key, peer_actor(address, key)).call("echo", "ping").result(10)
+    except Exception as exc:
+        return type(exc).__name__
+
+
+def test_a_stale_handle_on_a_stopped_peer_fails_at_once(cluster) -> None:
+    """A trainer whose DHT view still names a peer that left (rebuilt, moved, killed) gets
+    `PeerDied` at once instead of waiting: the stopped actor refuses new requests, and it is kept
+    for `ANNOUNCE_TTL` after its handle is dropped (a call to a released actor never returns)."""
+    cfg = RunConfig(model=ModelConfig(size="nano"), stages=1, peers=1)
+    state = {"params": stage_module(cfg, 0, init_run_state(cfg.model, cfg.seed, cfg.compression, cfg.stages)).state_dict(),
+             "optimizer": None}
+    run_id = uuid.uuid4().hex[:12]
+    key = f"labkit-peer-{run_id}-s0p0"
+    with Client(cluster.scheduler_address) as client:
+        host, trainer = sorted(cluster_workers(client))[:2]
+        try:
+            peer = RemotePeer("s0p0", 0, key, owner=client.submit(PeerActor, run_id, key, "s0p0", 0, cfg, state, 0.0, [],
+                                                                  None, key=key, actor=True, workers=[host],
+                                                                  allow_other_workers=False))
+            peer.actor  # started
+            assert client.submit(_call_stale, host, key, workers=[trainer], pure=False).result(START_TIMEOUT) == "ping"
+            peer.close()
+            del peer
+            gc.collect()
+            assert client.submit(_call_stale, host, key, workers=[trainer], pure=False).result(60) == "PeerDied"
+        finally:
+            client.run(release, run_id, workers=[host])
 
 
 def _equal_states(a, b) -> bool:

@@ -21,7 +21,7 @@ from distributed.actor import Actor
 from labkit.config import RunConfig
 from labkit.runtime.cluster.client import SwarmClient
 from labkit.runtime.cluster.dht import ANNOUNCE_PERIOD, StageDirectory, node_for
-from labkit.runtime.cluster.remote import peer_actor
+from labkit.runtime.cluster.remote import START_TIMEOUT, peer_actor
 from labkit.runtime.membership import stage_module
 from labkit.runtime.peer import StagePeer
 from labkit.runtime.trainer import Trainer
@@ -63,12 +63,11 @@ class PeerActor:
         self.peer = StagePeer(name, stage, stage_module(cfg, stage, state["params"]), cfg, device)
         self.peer.load_state(state)
         self.peer.set_delay(delay)
-        self._key = key
-        self._record = {"address": get_worker().address, "device": device}
+        self._key, self._worker = key, get_worker()
+        self._record = {"address": self._worker.address, "device": device}
         self._ema = 0.0  # seconds per data request, smoothed
         self._directory = StageDirectory(node_for(run_id, dht_peers), run_id, cfg.stages)
         self._stopped = threading.Event()
-        self._announce()
         threading.Thread(target=self._announce_loop, name=f"announce-{name}", daemon=True).start()
 
     def _announce(self) -> None:
@@ -77,11 +76,20 @@ class PeerActor:
                                                               "samples": p.samples, "ema_seconds": self._ema})
 
     def _announce_loop(self) -> None:
-        while not self._stopped.wait(ANNOUNCE_PERIOD):
+        """Announce once the worker has registered this actor, then every `ANNOUNCE_PERIOD` until
+        the peer stops. (A request that reaches the worker before the registration fails with an
+        error that distributed 2026.8 drops: its caller would wait forever.)"""
+        registered = time.monotonic() + START_TIMEOUT
+        while self._worker.state.actors.get(self._key) is not self:
+            if self._stopped.wait(0.01) or time.monotonic() > registered:
+                return
+        while True:
             try:
                 self._announce()
             except Exception:  # a DHT hiccup: the record lives until its expiration; try again
-                continue
+                pass
+            if self._stopped.wait(ANNOUNCE_PERIOD):
+                return
 
     async def call(self, method: str, *args: Any) -> Any:
         """Run one request on the peer's thread (queued behind the others) and return its result."""

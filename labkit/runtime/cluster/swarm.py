@@ -104,9 +104,9 @@ class ClusterSwarm(InProcessSwarm):
         """Start peer `name` as an actor: on the worker it had (a rebuild), else on a free worker.
         It downloads its state from `source` (a live neighbour) directly when there is one.
         Before the run starts it returns at once (the first peers start in parallel); mid-run it
-        waits, under the swarm's lock, until the peer holds its state, so that no step boundary
-        falls between the download and the peer's first step. A peer counts as silent (and may be
-        evicted) only once it started."""
+        waits, under the swarm's lock, until the peer holds its state and the DHT lists it, so
+        that no step boundary falls between the download and the peer's first step and trainers
+        can find it. A peer counts as silent (and may be evicted) only once it started."""
         worker = next((w for w, what in self._placed.items() if what == name), None) or self._free_worker()
         self._placed[worker] = name
         key = f"labkit-peer-{self.run_id}-{name}-{uuid.uuid4().hex[:8]}"
@@ -117,11 +117,30 @@ class ClusterSwarm(InProcessSwarm):
         peer = RemotePeer(name, stage, key, None, self._announcement, self._withdraw, delay, owner=future)
         if self._running:  # mid-run the peer must hold its state before the next step boundary
             try:
-                peer.actor
+                self._wait_announced([peer])
             except Exception:
                 del self._placed[worker]
                 raise
         return peer
+
+    def _wait_announced(self, peers: list[RemotePeer]) -> None:
+        """Wait until each of `peers` has started and the DHT lists it under its actor's key:
+        from then on trainers can find it."""
+        deadline = time.monotonic() + START_TIMEOUT
+        for peer in peers:
+            peer.actor
+        while True:
+            try:
+                found = self.directory.discover()
+            except Exception:  # a DHT hiccup: ask again
+                found = {}
+            missing = [p.name for p in peers if found.get(p.name, {}).get("key") != p.key]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"peers {missing} started but did not announce themselves in the DHT within "
+                                   f"{START_TIMEOUT:.0f} s")
+            time.sleep(0.05)
 
     def _started(self, name: str, future: Any) -> None:
         """A peer's actor started (from then on it must announce itself), or failed to."""
@@ -165,9 +184,9 @@ class ClusterSwarm(InProcessSwarm):
         return time.time() - self.t0_wall
 
     def start(self) -> None:
-        """Wait for the first peers (they start in parallel), then start trainers and the watcher."""
-        for peer in self._peers.values():
-            peer.actor
+        """Wait for the first peers (they start in parallel) to be announced, then start trainers
+        and the watcher."""
+        self._wait_announced(list(self._peers.values()))
         self._running = True
         super().start()
         threading.Thread(target=self._watch, name="labkit-watch", daemon=True).start()
