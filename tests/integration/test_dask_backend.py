@@ -122,44 +122,43 @@ def test_sigkill_of_a_peer_worker_is_survived_exactly(cluster, small_run: RunCon
     _wait_for_restart(cluster)
 
 
-def _fail_at_averaging(how: str, after: int, dask_worker=None) -> None:
-    """Run on one peer's worker: from its (after+1)-th step-boundary gradient request from now on, the
-    process dies by SIGKILL ("dies") or the request never returns ("hangs"). The fault is forced
-    here, at the averaging, but it is real: a dead process or a silent peer."""
+def _fail_at_averaging(method: str, how: str, dask_worker=None) -> None:
+    """Run on one peer's worker: from its next step-boundary `method` request on ("gradients": the
+    sums are gathered; "optimizer_step": the stage's sum is applied), the process dies by SIGKILL
+    ("dies") or the request never returns ("hangs"). The fault is forced here, at the averaging,
+    but it is real: a dead process or a silent peer."""
     from labkit.runtime.cluster.actors import PeerActor
 
     peer = next(a.peer for a in dask_worker.state.actors.values()  # the live one: a worker of a shared cluster
                 if isinstance(a, PeerActor) and not a._stopped.is_set())  # may still hold an earlier run's stopped peer
-    original, calls = peer.gradients, []
 
-    def gradients():
-        calls.append(1)
-        if len(calls) > after:
-            if how == "dies":
-                os.kill(os.getpid(), signal.SIGKILL)
-            time.sleep(3600)
-        return original()
+    def fail(*args):
+        if how == "dies":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(3600)
 
-    peer.gradients = gradients
+    setattr(peer, method, fail)
 
 
-@pytest.mark.parametrize("how", ["dies", "hangs"])
+@pytest.mark.parametrize(("method", "how"), [("gradients", "dies"), ("gradients", "hangs"), ("optimizer_step", "dies")])
 def test_a_peer_failing_mid_average_is_dropped_with_exact_accounting(cluster, small_run: RunConfig, tmp_path: Path,
-                                                                      how: str) -> None:
+                                                                      method: str, how: str) -> None:
     """The run neither hangs nor loses a sample: the failed peer is evicted (at once, or after
-    peer_timeout), its samples are recomputed by the survivors, and training still equals the
-    single-process loop."""
+    peer_timeout). If it failed while the sums were gathered, its samples are recomputed by the
+    survivors; if it failed while the sum was applied, the survivors have applied it. Either way
+    training still equals the single-process loop."""
     cfg = _float64(small_run, peers=(2, 2), steps=20, peer_timeout=5.0)
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
     _wait(lambda: run.state()["step"] >= 1, 120, "step 1")
     victim = next(p for p in run.state()["stages"][1]["peers"] if p["peer"] == "s1p1")
     with Client(cluster.scheduler_address) as client:
-        client.run(_fail_at_averaging, how, 0, workers=[victim["worker"]])
+        client.run(_fail_at_averaging, method, how, workers=[victim["worker"]])
     assert run.state()["step"] < cfg.steps - 2, "the fault must come with steps left to run"
     summary = run.wait(300)
     assert summary["status"] == "finished", summary
     killed = [e for e in run.events.history("peer") if e["state"] == "killed"]
-    assert [e["peer"] for e in killed] == ["s1p1"] and "gradients failed at the step boundary" in killed[0]["reason"], killed
+    assert [e["peer"] for e in killed] == ["s1p1"], killed
+    assert f"{method} failed at the step boundary" in killed[0]["reason"], killed
     _assert_exact_accounting(run, cfg)
     assert _distance_to_reference(cfg, _final_params(tmp_path)) <= TOL
     _wait_for_restart(cluster)
