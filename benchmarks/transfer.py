@@ -33,12 +33,11 @@ from distributed import Client, LocalCluster
 from distributed.protocol import dumps, loads, to_serialize
 
 from labkit.config import ModelConfig, RunConfig
-from labkit.model import init_run_state
 from labkit.runtime.cluster.actors import PeerActor
 from labkit.runtime.cluster.dht import release
 from labkit.runtime.cluster.remote import START_TIMEOUT, RemotePeer, peer_actor
-from labkit.runtime.membership import stage_module
 from labkit.runtime.cluster.workers import cluster_workers
+from labkit.runtime.membership import initial_states
 from labkit.wire import Encoded, get_codec
 
 SHAPE = (4, 512, 768)
@@ -118,8 +117,7 @@ def start_labkit(client: Client) -> tuple[str, Any, Any]:
     the caller is given its address); and a `Caller` on worker A. Returns the run id and their futures."""
     a, b = sorted(cluster_workers(client))
     cfg = RunConfig(model=ModelConfig(size="nano"), stages=1, peers=1)
-    state = {"params": stage_module(cfg, 0, init_run_state(cfg.model, cfg.seed, cfg.compression, cfg.stages)).state_dict(),
-             "optimizer": None}
+    state = initial_states(cfg)[0]
     run_id = uuid.uuid4().hex[:12]
     key = f"labkit-peer-{run_id}-s0p0"
     peer = client.submit(PeerActor, run_id, key, "s0p0", 0, cfg, state, 0.0, [], None, key=key, actor=True,

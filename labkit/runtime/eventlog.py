@@ -6,8 +6,8 @@ import json
 import queue
 import threading
 from collections import deque
-from itertools import islice
 from collections.abc import Callable
+from itertools import islice
 from pathlib import Path
 
 from labkit.events import Event

@@ -14,7 +14,7 @@ import torch
 
 from labkit import events
 from labkit.config import RunConfig
-from labkit.model import Stage, boundary_spec, build_stage, stage_bounds
+from labkit.model import Stage, boundary_spec, build_stage, init_run_state, stage_bounds
 from labkit.runtime.peer import StagePeer
 from labkit.swarm.rebalance import choose_move, join_stage
 
@@ -23,6 +23,12 @@ def stage_module(cfg: RunConfig, stage: int, params: dict[str, torch.Tensor]) ->
     """Stage `stage` of `cfg`'s model under its layer split, holding `params`."""
     first, count = stage_bounds(cfg.layer_split)[stage]
     return build_stage(cfg.model, first, count, params, boundary_spec(cfg.compression, stage, cfg.stages))
+
+
+def initial_states(cfg: RunConfig) -> list[dict[str, Any]]:
+    """Every stage's state at step 0 (`cfg.seed`'s initialization, no optimizer state yet)."""
+    full = init_run_state(cfg.model, cfg.seed, cfg.compression, cfg.stages)
+    return [{"params": stage_module(cfg, stage, full).state_dict(), "optimizer": None} for stage in range(cfg.stages)]
 
 
 class Membership:

@@ -19,10 +19,10 @@ import torch
 from labkit import events
 from labkit.config import RunConfig, SyncConfig
 from labkit.data import WindowSampler, load_corpus
-from labkit.model import init_run_state, stage_bounds
+from labkit.model import stage_bounds
 from labkit.runtime.eventlog import EventLog
 from labkit.runtime.evaluate import Evaluator
-from labkit.runtime.membership import Membership
+from labkit.runtime.membership import Membership, initial_states
 from labkit.runtime.peer import StagePeer
 from labkit.runtime.resize import recut_states
 from labkit.runtime.trainer import Trainer
@@ -69,8 +69,7 @@ class InProcessSwarm(Membership):
         if resume:
             self.snapshots = [dict(s) for s in resume["stages"]]
         else:
-            full = init_run_state(cfg.model, cfg.seed, cfg.compression, cfg.stages)
-            self.snapshots = [{"params": self._build(stage, full).state_dict(), "optimizer": None} for stage in range(cfg.stages)]
+            self.snapshots = initial_states(cfg)
         for stage, count in enumerate(cfg.peers_per_stage):
             for _ in range(count):
                 name = self._spawn(stage, self.snapshots[stage])
@@ -178,9 +177,8 @@ class InProcessSwarm(Membership):
             for stage in range(self.num_stages):
                 self._switch(self.live(stage), decision.switch_to)
         firsts = [self.live(stage)[:1] for stage in range(self.num_stages)]
-        for stage in range(self.num_stages):
-            for p in self.live(stage):
-                p.call("drop_stash")
+        for p in self._peers.values():
+            p.call("drop_stash")
         states = iter(self._gather("state", [(first[0], ()) for first in firsts if first]))
         for stage, first in enumerate(firsts):
             state = next(states) if first else None

@@ -23,13 +23,12 @@ from distributed import Client, LocalCluster
 import labkit
 from labkit.config import ModelConfig, RunConfig
 from labkit.data import WindowSampler, load_corpus
-from labkit.model import assemble, init_run_state
+from labkit.model import assemble
 from labkit.runtime.cluster.actors import PeerActor
 from labkit.runtime.cluster.dht import release
 from labkit.runtime.cluster.remote import START_TIMEOUT, RemotePeer, peer_actor
 from labkit.runtime.cluster.workers import cluster_workers
-from labkit.runtime.membership import stage_module
-from labkit.runtime.peer import PeerDied
+from labkit.runtime.membership import initial_states
 from labkit.runtime.reference import train_reference
 
 pytestmark = pytest.mark.slow
@@ -185,8 +184,7 @@ def test_a_stale_handle_on_a_stopped_peer_fails_at_once(cluster) -> None:
     `PeerDied` at once instead of waiting: the stopped actor refuses new requests, and it is kept
     for `ANNOUNCE_TTL` after its handle is dropped (a call to a released actor never returns)."""
     cfg = RunConfig(model=ModelConfig(size="nano"), stages=1, peers=1)
-    state = {"params": stage_module(cfg, 0, init_run_state(cfg.model, cfg.seed, cfg.compression, cfg.stages)).state_dict(),
-             "optimizer": None}
+    state = initial_states(cfg)[0]
     run_id = uuid.uuid4().hex[:12]
     key = f"labkit-peer-{run_id}-s0p0"
     with Client(cluster.scheduler_address) as client:

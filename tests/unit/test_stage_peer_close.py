@@ -6,14 +6,13 @@ from __future__ import annotations
 import pytest
 
 from labkit.config import ModelConfig, RunConfig
-from labkit.model import init_run_state
-from labkit.runtime.membership import stage_module
+from labkit.runtime.membership import initial_states, stage_module
 from labkit.runtime.peer import PeerDied, StagePeer
 
 
 def test_requests_after_close_fail_at_once() -> None:
     cfg = RunConfig(model=ModelConfig(size="nano"), stages=1, peers=1)
-    peer = StagePeer("s0p0", 0, stage_module(cfg, 0, init_run_state(cfg.model, cfg.seed, cfg.compression, cfg.stages)), cfg)
+    peer = StagePeer("s0p0", 0, stage_module(cfg, 0, initial_states(cfg)[0]["params"]), cfg)
     peer.set_delay(0.2)
     before = peer.call("echo", "queued before close")
     peer.close()

@@ -21,6 +21,7 @@ from distributed.actor import Actor
 from labkit.config import RunConfig
 from labkit.runtime.cluster.client import SwarmClient
 from labkit.runtime.cluster.dht import ANNOUNCE_PERIOD, StageDirectory, node_for
+from labkit.runtime.cluster.placement import has_gpu
 from labkit.runtime.cluster.remote import START_TIMEOUT, peer_actor
 from labkit.runtime.membership import stage_module
 from labkit.runtime.peer import StagePeer
@@ -32,7 +33,7 @@ EMA_GAMMA = 0.9
 
 def gpu_worker() -> bool:
     """Whether this worker was started with a GPU resource (`dask worker ... --resources GPU=1`)."""
-    return get_worker().state.total_resources.get("GPU", 0) > 0
+    return has_gpu({"resources": get_worker().state.total_resources})
 
 
 def _to_host(obj: Any) -> Any:
