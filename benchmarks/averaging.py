@@ -52,7 +52,7 @@ from multiprocessing.process import BaseProcess
 import torch
 from distributed import Actor, Client, LocalCluster
 
-from labkit.runtime.cluster.workers import cluster_workers
+from labkit.backends.dask.workers import cluster_workers
 
 MB = 1_000_000
 N_TENSORS = 8

@@ -33,11 +33,12 @@ from distributed import Client, LocalCluster
 from distributed.protocol import dumps, loads, to_serialize
 
 from labkit.config import ModelConfig, RunConfig
-from labkit.runtime.cluster.actors import PeerActor
-from labkit.runtime.cluster.dht import release
-from labkit.runtime.cluster.remote import START_TIMEOUT, RemotePeer, peer_actor
-from labkit.runtime.cluster.workers import cluster_workers
-from labkit.runtime.membership import initial_states
+from labkit.backends.dask.peer_actor import PeerActor
+from labkit.backends.dask.dht import release
+from labkit.backends.dask.peer_actor import peer_actor
+from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
+from labkit.backends.dask.workers import cluster_workers
+from labkit.model.assembly import initial_states
 from labkit.wire import Encoded, get_codec
 
 SHAPE = (4, 512, 768)
@@ -112,7 +113,7 @@ def raw_sender(port: int, conn: Connection) -> None:
 
 
 def start_labkit(client: Client) -> tuple[str, Any, Any]:
-    """A `PeerActor` (stage 0 of a 1-stage nano model) on worker B, made as `ClusterSwarm._make_peer`
+    """A `PeerActor` (stage 0 of a 1-stage nano model) on worker B, made as `DaskPeers.start_peer`
     makes one, with its own one-node DHT (its announcements go nowhere else: nobody discovers it,
     the caller is given its address); and a `Caller` on worker A. Returns the run id and their futures."""
     a, b = sorted(cluster_workers(client))

@@ -8,13 +8,17 @@
 from labkit.config import ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig
 
 __version__ = "0.1.0"
-__all__ = ["ConfigError", "DataConfig", "ModelConfig", "Run", "RunConfig", "SyncConfig", "launch"]
+__all__ = ["ConfigError", "DataConfig", "ModelConfig", "RunConfig", "RunHandle", "SyncConfig", "launch"]
 
 
 def __getattr__(name: str):
     """Import the torch-backed runtime only when it is used, so configs stay light."""
-    if name in ("launch", "Run"):
-        from labkit.runtime import run
+    if name == "launch":
+        from labkit.runtime.launch import launch
 
-        return getattr(run, name)
+        return launch
+    if name == "RunHandle":
+        from labkit.runtime.handle import RunHandle
+
+        return RunHandle
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")

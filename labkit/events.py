@@ -50,3 +50,8 @@ def setting(t: float, *, name: str, value: Any) -> Event:
 def sync(t: float, *, step: int, stage: int, kind: str, peers: int, nbytes: int) -> Event:
     """A stage's data-parallel sync: gradient all-reduce or DiLoCo outer step, with bytes sent."""
     return {"type": "sync", "t": t, "step": step, "stage": stage, "kind": kind, "peers": peers, "bytes": int(nbytes)}
+
+
+def hop_line(e: Event) -> str:
+    """One hop as a line of the opt-in trace, e.g. `t0 → s1p0 forward 12.3 KB 4.1 ms`."""
+    return f"{e['trainer']} → {e['peer']} {e['direction']} {e['bytes'] / 1000:.1f} KB {e['seconds'] * 1000:.1f} ms"

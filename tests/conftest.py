@@ -1,10 +1,19 @@
-"""Shared fixtures: small, fast run configs and reaping of leaked threads' runs."""
+"""Shared fixtures: small, fast run configs; every launched run stopped and every child process
+reaped when a test ends, even when it fails."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
+import psutil
 import pytest
 
 from labkit.config import DataConfig, ModelConfig, RunConfig
+from labkit.runtime import launch as launching
+from labkit.runtime.handle import RunHandle
+
+REAP_SECONDS = 60  # how long a leaked run may take to stop before its processes are killed
 
 
 @pytest.fixture
@@ -12,3 +21,56 @@ def small_run() -> RunConfig:
     """A nano model on a capped stdlib corpus: a few steps take a second or two."""
     return RunConfig(model=ModelConfig(size="nano", seq_len=32), data=DataConfig(max_bytes=2_000_000),
                      global_batch=16, microbatch=4, steps=4, eval_every=0, eval_batches=2, lr=3e-3, warmup_steps=1)
+
+
+@pytest.fixture(autouse=True)
+def reap_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[RunHandle]]:
+    """Record every run the test launches; at teardown stop those still running, wait for them,
+    then kill the child processes the test started (an embedded cluster's, a leaked worker)."""
+    launched: list[RunHandle] = []
+    launch = launching.launch
+
+    def recording(*args, **kwargs) -> RunHandle:
+        run = launch(*args, **kwargs)
+        launched.append(run)
+        return run
+
+    monkeypatch.setattr(launching, "launch", recording)
+    me = psutil.Process(os.getpid())
+    before = {p.pid for p in me.children()}
+    yield launched
+    for run in launched:
+        if not run.done:
+            run.stop()
+    for run in launched:
+        run.wait(REAP_SECONDS)
+    _reap([p for p in me.children() if p.pid not in before and not _shared_helper(p)])
+
+
+def _shared_helper(process: psutil.Process) -> bool:
+    """multiprocessing's resource tracker and forkserver serve the whole session: keep them."""
+    try:
+        return any(part in " ".join(process.cmdline()) for part in ("resource_tracker", "forkserver"))
+    except psutil.Error:
+        return True
+
+
+def _reap(processes: list[psutil.Process]) -> None:
+    """Terminate `processes` and their descendants; kill what is still there after 5 s."""
+    tree = []
+    for p in processes:
+        try:
+            tree += [p, *p.children(recursive=True)]
+        except psutil.Error:
+            continue
+    for p in tree:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(tree, timeout=5)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from labkit.config import RunConfig
 from labkit.data import WindowSampler
-from labkit.model import Stage, boundary_spec
+from labkit.model.gpt import Stage
+from labkit.model.partition import boundary_spec, stage_bounds
 
 
 class Evaluator:
@@ -34,3 +35,19 @@ class Evaluator:
             total += float(F.cross_entropy(x.flatten(0, 1).double(), targets.flatten(), reduction="sum"))
             tokens += targets.numel()
         return total / tokens
+
+
+class Validation:
+    """The validation loss of committed stage parameters under the layer split in force (the
+    evaluator is rebuilt when a run is re-cut)."""
+
+    def __init__(self, val: np.ndarray) -> None:
+        self.val = val
+        self._evaluator: Evaluator | None = None
+        self._split: tuple[int, ...] | None = None
+
+    def __call__(self, cfg: RunConfig, stage_params: Sequence[Mapping[str, torch.Tensor]]) -> float:
+        if self._split != cfg.layer_split:
+            self._evaluator = Evaluator(cfg, self.val, stage_bounds(cfg.layer_split))
+            self._split = cfg.layer_split
+        return self._evaluator.loss(stage_params)

@@ -12,18 +12,18 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from labkit import events
+from labkit.config import RunConfig
+from labkit.data import WindowSampler
 from labkit.runtime.peer import PeerDied
+from labkit.runtime.ports import Directory, WorkSource
 from labkit.swarm.ledger import Task
 from labkit.swarm.routing import Router
 from labkit.wire import Encoded
-
-if TYPE_CHECKING:
-    from labkit.runtime.swarm import InProcessSwarm
 
 
 class StageEmpty(RuntimeError):
@@ -46,12 +46,14 @@ def _nbytes(x: Any) -> int:
 
 
 class Trainer:
-    """One trainer thread. Its swarm is the in-process swarm, or on a Dask worker a `SwarmClient`
-    with the same methods (labkit/runtime/cluster/client.py)."""
+    """One trainer thread: takes work from `work`, finds peers in `directory`, and samples its
+    microbatches itself (counter-based, so any trainer draws the same samples for a task)."""
 
-    def __init__(self, name: str, swarm: InProcessSwarm) -> None:
-        self.name, self.swarm = name, swarm
-        self.router = Router(gamma=swarm.cfg.gamma)
+    def __init__(self, name: str, cfg: RunConfig, work: WorkSource, directory: Directory, sampler: WindowSampler) -> None:
+        self.name, self.cfg, self.work, self.directory, self.sampler = name, cfg, work, directory, sampler
+        self.loss_scale = 1.0 / (cfg.model.seq_len * cfg.global_batch)  # a step's loss is a mean over its tokens
+        self.codec = cfg.compression.codec  # the wire codec in force, handed out with each task
+        self.router = Router(gamma=cfg.gamma)
         self._seen: dict[str, tuple[int, int]] = {}  # peer -> (stage, announce epoch) last synced
         self.thread = threading.Thread(target=self._loop, name=f"trainer-{name}", daemon=True)
 
@@ -63,12 +65,12 @@ class Trainer:
         self.thread.join(timeout)
 
     def _sync_router(self, reannounce_stage: int | None = None) -> None:
-        """Mirror the swarm's registry: add, move or un-ban re-announced peers; drop departed ones.
+        """Mirror the directory: add, move or un-ban re-announced peers; drop departed ones.
 
         Peers still registered are alive and announcing themselves: when every peer of
         `reannounce_stage` is banned, their presence in the registry un-bans them (a timeout may
         have been a passing spike)."""
-        registry = self.swarm.registry()
+        registry = self.directory.registry()
         for peer, (stage, epoch) in registry.items():
             if self._seen.get(peer) != (stage, epoch) or stage == reannounce_stage:
                 self.router.announce(peer, stage)
@@ -79,22 +81,23 @@ class Trainer:
 
     def _loop(self) -> None:
         while True:
-            task = self.swarm.next_task()
-            if task is None:
+            work = self.work.next_task()
+            if work is None:
                 return
+            task, self.codec = work
             self._sync_router()
             credits: dict[int, str] = {}
             outcome: dict[str, float] = {}  # "loss" once the last stage has answered
             try:
                 self._run(task, credits, outcome)
             except StageEmpty as exc:
-                self.swarm.stage_empty(exc.stage)
+                self.work.stage_empty(exc.stage)
             except AttemptFailed:
                 pass
             except Exception as exc:  # a bug, not a fault: stop the run loudly
-                self.swarm.fail(exc)
+                self.work.fail(exc)
             finally:
-                self.swarm.finish(task, credits, outcome.get("loss"))
+                self.work.finish(task, credits, outcome.get("loss"))
 
     def _call(self, stage: int, direction: str, task: Task, method: str, *args: Any, peer: str | None = None) -> tuple[str, Any]:
         """Send one request to a peer of `stage` (chosen by the router unless `peer` is given)."""
@@ -105,24 +108,24 @@ class Trainer:
                 target = self.router.choose(stage)
                 if target is None:
                     raise StageEmpty(stage)
-            server = self.swarm.peer(target)
+            server = self.directory.peer(target)
             start = time.perf_counter()
             future = None if server is None else server.call(method, task.attempt, *args)
             try:
                 if future is None:
                     raise LookupError(target)
-                result = future.result(timeout=self.swarm.cfg.peer_timeout)
+                result = future.result(timeout=self.cfg.peer_timeout)
             except FutureTimeout:
                 future.cancel()
                 self.router.ban(target)
-                self.swarm.peer_timed_out(target, may_have_accumulated=method != "forward")
+                self.work.peer_timed_out(target, may_have_accumulated=method != "forward")
                 if peer is not None:
                     raise AttemptFailed(target)
                 continue
             except Exception as exc:  # the peer is gone, or failed: ban it, retry elsewhere
                 self.router.ban(target)
                 if not isinstance(exc, (PeerDied, LookupError)):
-                    self.swarm.peer_failed(target, exc)
+                    self.work.peer_failed(target, exc)
                 if peer is not None:
                     raise AttemptFailed(target)
                 continue
@@ -130,33 +133,32 @@ class Trainer:
             self.router.report(target, seconds)
             sent = sum(_nbytes(a) for a in args)
             received = sum(_nbytes(r) for r in (result if isinstance(result, tuple) else (result,)))
-            self.swarm.emit(events.hop(self.swarm.clock(), trainer=self.name, stage=stage, peer=target, direction=direction,
+            self.work.emit(events.hop(self.work.clock(), trainer=self.name, stage=stage, peer=target, direction=direction,
                                        nbytes=sent + received, seconds=seconds, microbatch=task.microbatch))
             return target, result
 
     def _run(self, task: Task, credits: dict[int, str], outcome: dict[str, float]) -> None:
         """Forward through every stage, loss at the last, backward to the lowest stage still owed.
         Fills `credits` (stage -> peer that accumulated) and `outcome["loss"]` as they happen."""
-        swarm = self.swarm
-        inputs, targets = swarm.sampler.batch(task.step, task.microbatch, swarm.cfg.microbatch)
+        inputs, targets = self.sampler.batch(task.step, task.microbatch, self.cfg.microbatch)  # (B, T) token ids each
         n = inputs.shape[0]
-        last = swarm.num_stages - 1
+        last = self.cfg.stages - 1
         lowest = min(task.stages)
         path: list[str] = []
         x = inputs
         # forward: stage 0 .. S-2, each hop to the peer the router picks
         for stage in range(last):
-            peer, x = self._call(stage, "forward", task, "forward", x, stage >= lowest, swarm.codec)
+            peer, x = self._call(stage, "forward", task, "forward", x, stage >= lowest, self.codec)
             path.append(peer)
         # last stage: forward, loss and backward in one request
-        peer, (loss, grad) = self._call(last, "forward", task, "loss", x, targets, swarm.loss_scale,
-                                        last in task.stages, n, swarm.codec)
+        peer, (loss, grad) = self._call(last, "forward", task, "loss", x, targets, self.loss_scale,
+                                        last in task.stages, n, self.codec)
         if last in task.stages:
             credits[last] = peer
             outcome["loss"] = loss
         # backward: retrace the same peers, S-2 .. lowest stage still owed a gradient
         for stage in range(last - 1, lowest - 1, -1):
             accumulate = stage in task.stages
-            peer, grad = self._call(stage, "backward", task, "backward", grad, accumulate, n, swarm.codec, peer=path[stage])
+            peer, grad = self._call(stage, "backward", task, "backward", grad, accumulate, n, self.codec, peer=path[stage])
             if accumulate:
                 credits[stage] = peer

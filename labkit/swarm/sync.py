@@ -8,8 +8,9 @@ an outer step for DiLoCo. The runtime and the simulator both follow these decisi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from labkit.config import SyncConfig
 
@@ -57,3 +58,23 @@ def sample_weights(samples: Mapping[str, int]) -> dict[str, float]:
     if total == 0:
         return {peer: 1.0 / len(samples) for peer in samples} if samples else {}
     return {peer: n / total for peer, n in samples.items()}
+
+
+def sum_over_peers(per_peer: Sequence[Sequence[Any]]) -> list[Any]:
+    """The stage's gradient: per parameter, the sum of every peer's accumulated sum, added in
+    the peers' order (any type with `+`: tensors in the runtime, floats in tests)."""
+    total = list(per_peer[0])
+    for grads in per_peer[1:]:
+        total = [a + b for a, b in zip(total, grads)]
+    return total
+
+
+def weighted_average(per_peer: Mapping[str, Sequence[Any]], samples: Mapping[str, int]) -> list[Any]:
+    """DiLoCo's outer gradient: per parameter, the peers' pseudo-gradients weighted by
+    `sample_weights(samples)`, so that peers that processed more samples count more."""
+    weights = sample_weights(samples)
+    names = list(per_peer)
+    total = [weights[names[0]] * d for d in per_peer[names[0]]]
+    for name in names[1:]:
+        total = [a + weights[name] * d for a, d in zip(total, per_peer[name])]
+    return total

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 import labkit
@@ -11,10 +9,10 @@ from labkit.config import ModelConfig, RunConfig, SyncConfig
 from labkit.model import assemble
 
 
-def _params(run: labkit.Run, key: str = "params") -> dict[str, torch.Tensor]:
+def _params(run: labkit.RunHandle, key: str = "params") -> dict[str, torch.Tensor]:
     summary = run.wait(240)
     assert summary["status"] == "finished", summary
-    return assemble([s.get(key, s["params"]) for s in run._swarm.snapshots])
+    return assemble([s.get(key, s["params"]) for s in run.snapshot().result().stages])
 
 
 def test_diloco_h1_outer_lr1_no_momentum_equals_sync_swarm(small_run: RunConfig) -> None:
@@ -33,18 +31,28 @@ def test_diloco_h1_outer_lr1_no_momentum_equals_sync_swarm(small_run: RunConfig)
     assert worst <= 1e-10, f"DiLoCo(H=1) differs from SWARM all-reduce by {worst:.3g}"
 
 
+def _pause(run: labkit.RunHandle, stage: int) -> None:
+    """Kill every peer of `stage`: no step can be taken until a peer is added there, so replicas
+    of the other stages can be read one after the other without a step between."""
+    for peer in run.state()["stages"][stage]["peers"]:
+        run.kill_peer(peer["peer"])
+    run.wait_for(event={"type": "run", "state": "paused"})
+
+
 def test_peer_dying_mid_round_leaves_survivors_identical(small_run: RunConfig) -> None:
     cfg = small_run.replace(stages=2, peers=(3, 2), steps=12, sync=SyncConfig(mode="diloco", inner_steps=4))
     run = labkit.launch(cfg)
-    while run.state()["step"] < 5:  # inside the second round
-        time.sleep(0.005)
+    run.wait_for(step=5)  # inside the second round
     run.kill_peer("s0p1")
+    run.wait_for(step=8)  # the second outer step, which the survivors took together
+    _pause(run, 1)
+    survivors = [p["peer"] for p in run.state()["stages"][0]["peers"]]
+    assert survivors == ["s0p0", "s0p2"]
+    a, b = (run.peer_state(name)["outer"]["global"] for name in survivors)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    run.add_peer(1)
     summary = run.wait(180)
     assert summary["status"] == "finished", summary
-    survivors = run._swarm.live(0)
-    assert [p.name for p in survivors] == ["s0p0", "s0p2"]
-    for a, b in zip(survivors[0].outer.global_params, survivors[1].outer.global_params):
-        assert torch.equal(a, b)
     outer_syncs = [e for e in run.events.history("sync") if e["stage"] == 0]
     assert [e["peers"] for e in outer_syncs] == [3, 2, 2] and all(e["kind"] == "diloco" for e in outer_syncs)
     assert all(s["stage_samples"] == [cfg.global_batch] * 2 for s in run.events.history("step"))
@@ -53,15 +61,15 @@ def test_peer_dying_mid_round_leaves_survivors_identical(small_run: RunConfig) -
 def test_joiner_adopts_global_parameters_and_outer_state(small_run: RunConfig) -> None:
     cfg = small_run.replace(stages=2, peers=1, steps=40, sync=SyncConfig(mode="diloco", inner_steps=5))
     run = labkit.launch(cfg)
-    while run.state()["step"] < 7:
-        time.sleep(0.005)
+    run.wait_for(step=7)
     name = run.add_peer(1)
-    new, old = run._swarm.peer(name), run._swarm.peer("s1p0")
+    _pause(run, 0)
+    new, old = run.peer_state(name)["outer"], run.peer_state("s1p0")["outer"]
     run.stop()
     run.wait(120)
-    for g_new, g_old in zip(new.outer.global_params, old.outer.global_params):
+    for g_new, g_old in zip(new["global"], old["global"]):
         assert torch.equal(g_new, g_old)
-    new_outer, old_outer = new.outer.optimizer.state_dict()["state"], old.outer.optimizer.state_dict()["state"]
+    new_outer, old_outer = new["outer_optimizer"]["state"], old["outer_optimizer"]["state"]
     assert new_outer.keys() == old_outer.keys() and len(old_outer) > 0
     for i in old_outer:
         assert torch.equal(new_outer[i]["momentum_buffer"], old_outer[i]["momentum_buffer"])
@@ -70,8 +78,7 @@ def test_joiner_adopts_global_parameters_and_outer_state(small_run: RunConfig) -
 def test_set_sync_switches_at_a_boundary(small_run: RunConfig) -> None:
     cfg = small_run.replace(stages=2, peers=2, steps=20)
     run = labkit.launch(cfg)
-    while run.state()["step"] < 3:
-        time.sleep(0.005)
+    run.wait_for(step=3)
     run.set_sync(SyncConfig(mode="diloco", inner_steps=4))
     summary = run.wait(180)
     assert summary["status"] == "finished"

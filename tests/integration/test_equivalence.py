@@ -26,8 +26,7 @@ def _swarm_params(cfg: RunConfig) -> dict[str, torch.Tensor]:
     run = labkit.launch(cfg)
     summary = run.wait(240)
     assert summary["status"] == "finished", summary
-    snapshots = run._swarm.snapshots
-    return assemble([s["params"] for s in snapshots])
+    return assemble([s["params"] for s in run.snapshot().result().stages])
 
 
 def _reference_params(cfg: RunConfig) -> dict[str, torch.Tensor]:

@@ -2,28 +2,39 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
 import labkit
 from labkit.config import RunConfig
+from tests.waiting import wait_until
 
 
-def _wait_for_step(run: labkit.Run, step: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while run.state()["step"] < step:
-        assert time.monotonic() < deadline, f"run did not reach step {step}: {run.state()}"
-        time.sleep(0.01)
+def _credited(run: labkit.RunHandle, peer: str) -> int:
+    """Samples the ledger credits `peer` with in the current step (0 if it is not live)."""
+    return next((p["credited"] for s in run.state()["stages"] for p in s["peers"] if p["peer"] == peer), 0)
+
+
+def _kill_while_credited(run: labkit.RunHandle, victim: str, slow: list[str], after_step: int = 1) -> int:
+    """Kill `victim` (a peer past stage 0) while the ledger credits it with samples of the current
+    step; returns the samples the kill destroyed. `slow` (stage-0 peers) are slowed down first, so
+    that each microbatch still owes a slow stage-0 backward after its later stages are credited:
+    the step boundary is then far from the moment the credit is seen. Their speed is restored."""
+    for peer in slow:
+        run.set_peer_delay(peer, 0.05)
+    run.wait_for(step=after_step)
+    wait_until(lambda: _credited(run, victim) > 0, 60, f"{victim} to hold credited samples")
+    run.kill_peer(victim)
+    for peer in slow:
+        run.set_peer_delay(peer, 0.0)
+    return run.wait_for(event={"type": "peer", "peer": victim, "state": "killed"})["lost_samples"]
 
 
 def test_kill_peer_mid_run_keeps_every_step_exact(small_run: RunConfig) -> None:
-    cfg = small_run.replace(stages=2, peers=2, steps=12, eval_every=0)
+    cfg = small_run.replace(stages=2, peers=2, steps=12, global_batch=32, eval_every=0)
     run = labkit.launch(cfg)
-    _wait_for_step(run, 3)
-    time.sleep(0.05)  # land the kill inside a step, with gradients accumulated
-    run.kill_peer("s1p0")
+    lost = _kill_while_credited(run, "s1p0", slow=["s0p0", "s0p1"], after_step=3)
+    assert lost > 0, "the kill must land inside a step, with credited gradients"
     summary = run.wait(180)
     assert summary["status"] == "finished", summary
     killed = [e for e in run.events.history("peer") if e["state"] == "killed"]
@@ -39,41 +50,27 @@ def test_kill_peer_mid_run_keeps_every_step_exact(small_run: RunConfig) -> None:
 
 def test_kill_with_accumulated_gradients_recomputes_them(small_run: RunConfig) -> None:
     """Kill peers while they hold credited samples: the ledger withdraws and recomputes them."""
-    cfg = small_run.replace(stages=2, peers=2, steps=10, global_batch=32, microbatch=2, eval_every=0)
+    cfg = small_run.replace(stages=2, peers=(2, 3), steps=10, global_batch=32, microbatch=2, eval_every=0)
     run = labkit.launch(cfg)
-    _wait_for_step(run, 2)
-    swarm = run._swarm
-    for stage, victim in ((0, "s0p0"), (1, "s1p1")):
-        deadline = time.monotonic() + 30
-        while True:  # kill at a moment when the ledger credits the victim with samples of this step
-            assert time.monotonic() < deadline, "the victim never held credited samples"
-            with swarm._lock:
-                if swarm.ledger.samples(stage).get(victim, 0) > 0:
-                    run.kill_peer(victim)
-                    break
-            time.sleep(0.001)
+    for victim in ("s1p0", "s1p1"):
+        lost = _kill_while_credited(run, victim, slow=["s0p0", "s0p1"], after_step=2)
+        assert lost > 0, f"killing {victim} must destroy accumulated work for this test to mean anything"
     summary = run.wait(180)
     assert summary["status"] == "finished", summary
-    killed = [e for e in run.events.history("peer") if e["state"] == "killed"]
-    lost = sum(e["lost_samples"] for e in killed)
-    assert lost > 0, "the kills must have destroyed accumulated work for this test to mean anything"
     assert all(s["stage_samples"] == [32, 32] for s in run.events.history("step"))
 
 
 def test_last_peer_of_a_stage_pauses_until_add_peer(small_run: RunConfig) -> None:
     cfg = small_run.replace(stages=2, peers=(2, 1), steps=8, eval_every=0)
     run = labkit.launch(cfg)
-    _wait_for_step(run, 2)
+    run.wait_for(step=2)
     run.kill_peer("s1p0")
-    deadline = time.monotonic() + 30
-    while run.state()["status"] != "paused":
-        assert time.monotonic() < deadline, run.state()
-        time.sleep(0.01)
+    paused = run.wait_for(event={"type": "run", "state": "paused"}, timeout=30)
+    assert "stage 1" in paused["reason"]
     paused_at = run.state()["step"]
-    time.sleep(0.5)
-    assert run.state()["step"] == paused_at, "no step may complete while a stage has no peer"
-    paused = [e for e in run.events.history("run") if e["state"] == "paused"]
-    assert paused and "stage 1" in paused[0]["reason"]
+    with pytest.raises(TimeoutError):  # no step may complete while a stage has no peer
+        run.wait_for(step=paused_at + 1, timeout=0.5)
+    assert run.state()["status"] == "paused"
     name = run.add_peer(1)
     assert name.startswith("s1")
     summary = run.wait(180)
@@ -83,18 +80,21 @@ def test_last_peer_of_a_stage_pauses_until_add_peer(small_run: RunConfig) -> Non
 
 
 def test_add_peer_copies_its_neighbours_state(small_run: RunConfig) -> None:
-    cfg = small_run.replace(stages=2, peers=1, steps=6, eval_every=0)
+    """The joiner's parameters and optimizer state equal its neighbour's exactly, also after
+    steps taken together. The run is then paused (the other stage emptied), so that no step
+    changes the two replicas between reading one and the other."""
+    cfg = small_run.replace(stages=2, peers=1, steps=500, eval_every=0)
     run = labkit.launch(cfg)
-    _wait_for_step(run, 2)
+    run.wait_for(step=2)
     name = run.add_peer()  # the rebalancing rule picks the stage
-    new = run._swarm.peer(name)
-    old = run._swarm.live(new.stage)[0]
-    assert old.name != name
+    stage = int(name[1])
+    old = next(p["peer"] for p in run.state()["stages"][stage]["peers"] if p["peer"] != name)
+    run.wait_for(step=run.state()["step"] + 2)  # steps taken by both replicas
+    run.kill_peer(f"s{1 - stage}p0")
+    run.wait_for(event={"type": "run", "state": "paused"})
+    old_state, new_state = run.peer_state(old), run.peer_state(name)
     run.stop()
-    run.wait(60)
-    assert run.summary()["status"] in ("stopped", "finished")
-    assert run.summary()["steps"] >= 2
-    old_state, new_state = old.state(), new.state()
+    assert run.wait(60)["status"] == "stopped"
     for key, tensor in old_state["params"].items():  # identical steps since the join: bit for bit
         assert torch.equal(tensor, new_state["params"][key]), key
     assert torch.equal(old_state["optimizer"]["state"][0]["exp_avg"], new_state["optimizer"]["state"][0]["exp_avg"])
@@ -103,7 +103,7 @@ def test_add_peer_copies_its_neighbours_state(small_run: RunConfig) -> None:
 def test_timed_out_straggler_is_evicted_and_nothing_counts_twice(small_run: RunConfig) -> None:
     cfg = small_run.replace(stages=2, peers=2, steps=10, peer_timeout=0.3)
     run = labkit.launch(cfg)
-    _wait_for_step(run, 2)
+    run.wait_for(step=2)
     run.set_peer_delay("s1p0", 0.5)  # slower than the timeout: every request to it times out
     summary = run.wait(180)
     assert summary["status"] == "finished", summary
@@ -122,24 +122,17 @@ def test_faults_change_nothing_but_time(small_run: RunConfig) -> None:
     from labkit.model import assemble
     from labkit.runtime.reference import train_reference
 
-    cfg = small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=(3, 2),
+    cfg = small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=(2, 3),
                             steps=8, global_batch=32, microbatch=2)
     run = labkit.launch(cfg)
-    swarm = run._swarm if run._ready.wait(60) else None
-    for stage, victim in ((0, "s0p1"), (1, "s1p0")):
-        deadline = time.monotonic() + 60
-        while True:  # kill while the victim holds credited samples of the current step
-            assert time.monotonic() < deadline, "the victim never held credited samples"
-            with swarm._lock:
-                if swarm.ledger.step >= 2 and swarm.ledger.samples(stage).get(victim, 0) > 0:
-                    run.kill_peer(victim)
-                    break
-            time.sleep(0.001)
+    run.set_peer_delay("s0p1", 0.3)  # a straggler, restored below
+    lost = [_kill_while_credited(run, victim, slow=["s0p0"], after_step=2) for victim in ("s1p0", "s1p2")]
+    assert all(n > 0 for n in lost), lost
+    run.set_peer_delay("s0p1", 0.0)
     summary = run.wait(180)
     assert summary["status"] == "finished", summary
-    assert sum(e["lost_samples"] for e in run.events.history("peer") if e["state"] == "killed") > 0
     model, losses = train_reference(cfg, WindowSampler(load_corpus(cfg.data).train, 32, cfg.seed))
-    got, want = assemble([s["params"] for s in swarm.snapshots]), model.state_dict()
+    got, want = assemble([s["params"] for s in run.snapshot().result().stages]), model.state_dict()
     assert max(float((got[k] - want[k]).abs().max()) for k in want) <= 1e-10
     step_losses = [e["loss"] for e in run.events.history("step")]
     assert step_losses == pytest.approx(losses, rel=1e-10, abs=1e-12)
@@ -150,7 +143,7 @@ def test_events_follow_the_schema(small_run: RunConfig) -> None:
     from labkit import events
 
     run = labkit.launch(small_run.replace(stages=2, peers=(2, 1), steps=6))
-    _wait_for_step(run, 2)
+    run.wait_for(step=2)
     run.kill_peer("s1p0")
     run.add_peer(1)
     assert run.wait(120)["status"] == "finished"

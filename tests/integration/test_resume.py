@@ -12,10 +12,10 @@ from labkit.config import ModelConfig, RunConfig, SyncConfig
 from labkit.model import assemble
 
 
-def _final_params(run: labkit.Run) -> dict[str, torch.Tensor]:
+def _final_params(run: labkit.RunHandle) -> dict[str, torch.Tensor]:
     summary = run.wait(240)
     assert summary["status"] == "finished", summary
-    return assemble([s["params"] for s in run._swarm.snapshots])
+    return assemble([s["params"] for s in run.snapshot().result().stages])
 
 
 @pytest.mark.parametrize(("stages", "peers", "trainers", "tol", "delayed"),
@@ -48,10 +48,8 @@ def test_resume_rejects_a_checkpoint_of_another_model(small_run: RunConfig, tmp_
         labkit.launch(other, resume=_checkpoint_of(run, tmp_path))
 
 
-def _checkpoint_of(run: labkit.Run, tmp_path: Path) -> Path:
-    from labkit.runtime.checkpoint import save_checkpoint
-
-    return save_checkpoint(tmp_path / "c.pt", run.config, 1, run._swarm.snapshots)
+def _checkpoint_of(run: labkit.RunHandle, tmp_path: Path) -> Path:
+    return run.checkpoint(tmp_path / "c.pt").result()
 
 
 def test_checkpoints_asked_late_still_resolve(small_run: RunConfig, tmp_path: Path) -> None:

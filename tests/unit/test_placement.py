@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from labkit.runtime.cluster.placement import coordinator_worker, peer_worker, trainer_workers
+from labkit.backends.dask.placement import coordinator_worker, peer_worker, trainer_workers
 
 GPU, CPU = {"resources": {"GPU": 1}}, {"resources": {}}
 WORKERS = {"tcp://a:1": CPU, "tcp://b:1": GPU, "tcp://c:1": CPU, "tcp://d:1": GPU}

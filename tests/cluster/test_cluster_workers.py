@@ -7,7 +7,7 @@ from __future__ import annotations
 import dask
 from distributed import Client, LocalCluster
 
-from labkit.runtime.cluster.workers import cluster_workers
+from labkit.backends.dask.workers import cluster_workers
 
 
 def test_every_worker_is_listed_while_the_client_refreshes_its_cache() -> None:

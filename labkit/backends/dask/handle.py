@@ -1,4 +1,4 @@
-"""The handle of a run on a Dask cluster: the same verbs and events as the in-process `Run`.
+"""The handle of a run on a Dask cluster: the run-handle contract, forwarded to the coordinator.
 
 The notebook (or CLI) process only holds this handle. The run itself — ledger, step boundary,
 peers, trainers — lives on the cluster's workers: a coordinator actor on one worker, each peer and
@@ -20,14 +20,16 @@ from typing import Any
 from distributed import Client, LocalCluster
 
 from labkit import events
-from labkit.config import RunConfig, SyncConfig
+from labkit.backends.dask.coordinator_actor import CoordinatorActor
+from labkit.backends.dask.placement import coordinator_worker
+from labkit.backends.dask.remote import START_TIMEOUT
+from labkit.backends.dask.workers import cluster_workers
+from labkit.config import RunConfig
 from labkit.runtime.checkpoint import load_checkpoint
-from labkit.runtime.cluster.actors import CoordinatorActor
-from labkit.runtime.cluster.placement import coordinator_worker
-from labkit.runtime.cluster.remote import START_TIMEOUT
-from labkit.runtime.cluster.workers import cluster_workers
 from labkit.runtime.eventlog import EventLog
-from labkit.runtime.run import RunHandle, resumed_config
+from labkit.runtime.handle import RunHandle, trace_hops
+from labkit.runtime.local_run import resumed_config
+from labkit.runtime.ports import RunEnded
 
 POLL_SECONDS = 0.2  # how often the handle fetches new events from the coordinator
 CONNECT_TIMEOUT = 10  # seconds to reach a given scheduler
@@ -51,14 +53,14 @@ def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> t
 
 def _warm_up() -> None:
     """Import what peers and trainers need (a worker's first torch import takes seconds)."""
-    import labkit.runtime.cluster.actors  # noqa: F401
+    import labkit.backends.dask.coordinator_actor  # noqa: F401
 
 
-class ClusterRun(RunHandle):
-    """A live run on a Dask cluster: events, state, and the verbs of `labkit.Run`."""
+class DaskRun(RunHandle):
+    """A live run on a Dask cluster: this process holds the handle, the cluster runs the rest."""
 
     def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
-                 scheduler: str | None = None, host: str = "127.0.0.1") -> None:
+                 scheduler: str | None = None, host: str = "127.0.0.1", trace: bool = False) -> None:
         checkpoint = load_checkpoint(resume, cfg) if resume is not None else None
         self.config = cfg = resumed_config(cfg, checkpoint)
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -66,6 +68,8 @@ class ClusterRun(RunHandle):
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
         self.events = EventLog(self.run_dir / "events.jsonl" if self.run_dir else None)
+        if trace:
+            trace_hops(self.events)
         self.run_id = uuid.uuid4().hex[:12]
         self.dashboard_link: str | None = None  # set once connected; see dashboard()
         self._connected = threading.Event()
@@ -126,12 +130,17 @@ class ClusterRun(RunHandle):
         self._summary = summary
 
     def _verb(self, name: str, *args: Any) -> Any:
+        if name == "stop":
+            self._stop.set()
+            if self._coordinator is not None and not self._done.is_set():
+                self._coordinator.verb("stop")
+            return None
         self._ready.wait()
         if self._coordinator is None:
             raise RuntimeError(f"the run failed to start: {self._summary.get('error')}")
         if self._done.is_set():
-            raise RuntimeError(f"{name} is not available: the run has ended ({self._summary.get('status')}) and its "
-                               f"cluster was released")
+            raise RunEnded(f"{name} is not available: the run has ended ({self._summary.get('status')}) and its "
+                           f"cluster was released")
         return self._coordinator.verb(name, *args).result()
 
     def dashboard(self, timeout: float = 60) -> str | None:
@@ -139,71 +148,33 @@ class ClusterRun(RunHandle):
         self._connected.wait(timeout)
         return self.dashboard_link
 
-    # -- verbs (the same as labkit.Run's) -------------------------------------------------------
-    def stop(self) -> None:
-        """Ask the run to stop after the microbatches in flight; returns at once."""
-        self._stop.set()
-        if self._coordinator is not None and not self._done.is_set():
-            self._coordinator.verb("stop")
 
-    def kill_peer(self, peer: str) -> None:
-        """Crash a peer: its queue and accumulated gradients are lost and recomputed elsewhere."""
-        self._verb("kill_peer", peer)
-
-    def add_peer(self, stage: int | None = None) -> str:
-        """Start a peer on a free worker, on `stage` (None: the stage the rebalancing rule picks)."""
-        return self._verb("add_peer", stage)
-
-    def move_peer(self, peer: str, stage: int) -> str:
-        """Move a peer to `stage` (it downloads that stage's state); returns its new name."""
-        return self._verb("move_peer", peer, stage)
-
-    def rebalance(self) -> str | None:
-        """Run one round of Algorithm 2 now; returns the moved peer's new name, or None."""
-        return self._verb("rebalance")
-
-    def set_layer_split(self, split: list[int] | tuple[int, ...]) -> None:
-        """Move blocks between stages at the next step boundary, with their optimizer state."""
-        self._verb("set_layer_split", list(split))
-
-    def set_peer_delay(self, peer: str, seconds: float) -> None:
-        """Slow a peer down by `seconds` per request."""
-        self._verb("set_peer_delay", peer, seconds)
-
-    def peer_state(self, peer: str) -> dict[str, Any]:
-        """A copy of one peer's parameters and optimizer state (to compare replicas of a stage)."""
-        return self._verb("peer_state", peer)
-
-    def set_compression(self, codec: str) -> None:
-        """Switch the wire codec of activations and their gradients now."""
-        self._verb("set_compression", codec)
-
-    def set_sync(self, sync: SyncConfig) -> None:
-        """Switch each stage between SWARM all-reduce and DiLoCo at the next outer-step boundary."""
-        self._verb("set_sync", sync)
-
-    def checkpoint(self, path: str | Path) -> Future:
-        """Save the whole run here at the next step boundary; the future resolves to the path."""
+    def snapshot(self) -> Future:
+        """The committed state at the next step boundary, fetched to this process."""
         future: Future = Future()
 
-        def save() -> None:
+        def fetch() -> None:
             try:
                 self._ready.wait()
                 if self._done.is_set():
-                    raise RuntimeError("checkpoint is not available: the run has ended and its cluster was released; "
-                                       "launch with run_dir= to keep the final checkpoint (run_dir/checkpoint.pt)")
-                future.set_result(self._coordinator.snapshot().result().save(path))
+                    raise RunEnded("snapshot is not available: the run has ended and its cluster was released; "
+                                   "launch with run_dir= to keep the final checkpoint (run_dir/checkpoint.pt)")
+                future.set_result(self._coordinator.snapshot().result())
             except Exception as exc:
                 future.set_exception(exc)
 
-        threading.Thread(target=save, name="labkit-checkpoint", daemon=True).start()
+        threading.Thread(target=fetch, name="labkit-snapshot", daemon=True).start()
         return future
 
     def state(self) -> dict[str, Any]:
-        """A snapshot: step, last loss, paused stages, and every stage's peers with queue lengths."""
         if not self._ready.is_set() or self._coordinator is None:
             return {"status": "failed" if self._done.is_set() else "starting", "step": 0, "stages": []}
         if self._done.is_set():
             return {"status": self._summary.get("status", "failed"), "step": self._summary.get("steps", 0), "stages": []}
         return self._coordinator.verb("state").result()
 
+
+def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
+           scheduler: str | None = None, host: str = "127.0.0.1", trace: bool = False) -> DaskRun:
+    """Start `cfg` on a Dask cluster (the one at `scheduler`, or an embedded LocalCluster)."""
+    return DaskRun(cfg, run_dir=run_dir, resume=resume, scheduler=scheduler, host=host, trace=trace)

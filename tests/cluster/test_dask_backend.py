@@ -24,12 +24,14 @@ import labkit
 from labkit.config import ModelConfig, RunConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
-from labkit.runtime.cluster.actors import PeerActor
-from labkit.runtime.cluster.dht import release
-from labkit.runtime.cluster.remote import START_TIMEOUT, RemotePeer, peer_actor
-from labkit.runtime.cluster.workers import cluster_workers
-from labkit.runtime.membership import initial_states
+from labkit.backends.dask.peer_actor import PeerActor
+from labkit.backends.dask.dht import release
+from labkit.backends.dask.peer_actor import peer_actor
+from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
+from labkit.backends.dask.workers import cluster_workers
+from labkit.model.assembly import initial_states
 from labkit.runtime.reference import train_reference
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 TOL = 1e-10
@@ -66,13 +68,6 @@ def _assert_exact_accounting(run, cfg: RunConfig) -> None:
     assert all(s["stage_samples"] == [cfg.global_batch] * cfg.stages for s in steps)
 
 
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def test_embedded_cluster_trains_with_falling_loss(small_run: RunConfig, tmp_path: Path) -> None:
     """launch(backend="dask") with no scheduler starts its own LocalCluster of worker processes."""
     cfg = small_run.replace(stages=2, peers=2, trainers=2, steps=12)
@@ -92,7 +87,7 @@ def test_matches_single_process_and_keeps_it_across_a_layer_split(cluster, small
     blocks with their optimizer state without changing the model."""
     cfg = _float64(small_run, steps=6)
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
-    _wait(lambda: run.state()["step"] >= 2, 120, "step 2")
+    run.wait_for(step=2, timeout=120)
     run.set_layer_split([3, 1])
     summary = run.wait(300)
     assert summary["status"] == "finished", summary
@@ -107,7 +102,7 @@ def test_sigkill_of_a_peer_worker_is_survived_exactly(cluster, small_run: RunCon
     still sums exactly the global batch, and the parameters still equal single-process training."""
     cfg = _float64(small_run, peers=(3, 2), steps=8)
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
-    _wait(lambda: run.state()["step"] >= 2, 120, "step 2")
+    run.wait_for(step=2, timeout=120)
     victim = next(p for p in run.state()["stages"][0]["peers"] if p["peer"] == "s0p1")
     with Client(cluster.scheduler_address) as client:
         pids = client.run(os.getpid)
@@ -126,10 +121,10 @@ def _fail_at_averaging(method: str, how: str, dask_worker=None) -> None:
     sums are gathered; "optimizer_step": the stage's sum is applied), the process dies by SIGKILL
     ("dies") or the request never returns ("hangs"). The fault is forced here, at the averaging,
     but it is real: a dead process or a silent peer."""
-    from labkit.runtime.cluster.actors import PeerActor
+    from labkit.backends.dask.peer_actor import PeerActor
 
     peer = next(a.peer for a in dask_worker.state.actors.values()  # the live one: a worker of a shared cluster
-                if isinstance(a, PeerActor) and not a._stopped.is_set())  # may still hold an earlier run's stopped peer
+                if isinstance(a, PeerActor) and a.serving)  # may still hold an earlier run's stopped peer
 
     def fail(*args):
         if how == "dies":
@@ -148,7 +143,7 @@ def test_a_peer_failing_mid_average_is_dropped_with_exact_accounting(cluster, sm
     training still equals the single-process loop."""
     cfg = _float64(small_run, peers=(2, 2), steps=20, peer_timeout=5.0)
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
-    _wait(lambda: run.state()["step"] >= 1, 120, "step 1")
+    run.wait_for(step=1, timeout=120)
     victim = next(p for p in run.state()["stages"][1]["peers"] if p["peer"] == "s1p1")
     with Client(cluster.scheduler_address) as client:
         client.run(_fail_at_averaging, method, how, workers=[victim["worker"]])
@@ -219,15 +214,14 @@ def test_add_peer_downloads_its_neighbours_state_bit_for_bit(cluster, small_run:
     cfg = small_run.replace(stages=2, peers=(1, 1), trainers=2, steps=500)
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address)
     try:
-        _wait(lambda: run.state()["step"] >= 3, 120, "step 3")
+        run.wait_for(step=3, timeout=120)
         run.kill_peer("s1p0")
-        _wait(lambda: run.state()["status"] == "paused", 60, "the pause")
+        run.wait_for(event={"type": "run", "state": "paused"}, timeout=60)
         joined = run.add_peer(0)
         assert _equal_states(run.peer_state(joined), run.peer_state("s0p0"))
         assert run.peer_state(joined)["optimizer"]["state"], "the optimizer state must be non-trivial"
         run.add_peer(1)
-        step = run.state()["step"]
-        _wait(lambda: run.state()["step"] >= step + 2, 120, "steps after resuming")
+        run.wait_for(step=run.state()["step"] + 2, timeout=120)
         assert joined in {h["peer"] for h in run.events.history("hop")}
     finally:
         run.stop()
@@ -242,12 +236,11 @@ def test_rebalancing_moves_a_peer_to_the_slow_stage(cluster, small_run: RunConfi
     cfg = small_run.replace(stages=2, peers=(3, 1), trainers=3, steps=500, rebalance_period=2.0)
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address)
     try:
-        _wait(lambda: run.state()["step"] >= 1, 120, "step 1")
+        run.wait_for(step=1, timeout=120)
         run.set_peer_delay("s1p0", 0.3)
-        _wait(lambda: any(e["state"] == "moved" for e in run.events.history("peer")), 90, "a move")
-        move = next(e for e in run.events.history("peer") if e["state"] == "moved")
+        move = run.wait_for(event={"type": "peer", "state": "moved"}, timeout=90)
         assert move["stage"] == 0 and move["to_stage"] == 1
-        _wait(lambda: move["to"] in {h["peer"] for h in run.events.history("hop")}, 60, "the moved peer to serve")
+        run.wait_for(event={"type": "hop", "peer": move["to"]}, timeout=60)
     finally:
         run.stop()
     assert run.wait(120)["status"] == "stopped"
@@ -272,7 +265,7 @@ def external_cluster(tmp_path: Path):
 
     try:
         start("scheduler", "--host", "127.0.0.1", "--port", "0", "--scheduler-file", str(scheduler_file), "--no-dashboard")
-        _wait(scheduler_file.exists, 60, "the scheduler file")
+        wait_until(scheduler_file.exists, 60, "the scheduler file")
         add_worker(4)
         with Client(scheduler_file=str(scheduler_file), timeout=60) as client:
             client.wait_for_workers(4, timeout=120)
@@ -292,11 +285,11 @@ def test_external_scheduler_and_a_worker_joining_mid_run(external_cluster, small
     cfg = small_run.replace(stages=2, peers=1, trainers=1, steps=500)
     run = labkit.launch(cfg, backend="dask", scheduler=address)
     try:
-        _wait(lambda: run.state()["step"] >= 2, 120, "step 2")
+        run.wait_for(step=2, timeout=120)
         add_worker()
-        _wait(lambda: any(e["name"] == "worker_joined" for e in run.events.history("setting")), 120, "the new worker")
+        run.wait_for(event={"type": "setting", "name": "worker_joined"}, timeout=120)
         joined = [e["peer"] for e in run.events.history("peer") if e["state"] == "joined"][-1]
-        _wait(lambda: joined in {h["peer"] for h in run.events.history("hop")}, 60, "the new peer to serve")
+        run.wait_for(event={"type": "hop", "peer": joined}, timeout=60)
     finally:
         run.stop()
     assert run.wait(120)["status"] == "stopped"

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from labkit.runtime.cluster import dht
+from labkit.backends.dask import dht
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
-"""The Dask actors of a run: one per peer, one per trainer, and the coordinator.
+"""The peer actor: one replica of one stage on a Dask worker, announced in the DHT.
 
 Requests are `async def` methods: an actor runs sync methods on one thread per worker, where a
 long call would block every other, while async ones only await work done on the peer's own
-thread. Each peer announces itself in the DHT as soon as it exists and then every
+thread. Each peer announces itself in the DHT once its worker has registered it, and then every
 `ANNOUNCE_PERIOD` seconds until it stops.
 """
 
@@ -11,21 +11,18 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
-from distributed import get_client, get_worker
+from distributed import get_worker
 from distributed.actor import Actor
 
+from labkit.backends.dask.dht import ANNOUNCE_PERIOD, StageDirectory, node_for
+from labkit.backends.dask.placement import has_gpu
+from labkit.backends.dask.remote import START_TIMEOUT
 from labkit.config import RunConfig
-from labkit.runtime.cluster.client import SwarmClient
-from labkit.runtime.cluster.dht import ANNOUNCE_PERIOD, StageDirectory, node_for
-from labkit.runtime.cluster.placement import has_gpu
-from labkit.runtime.cluster.remote import START_TIMEOUT, peer_actor
-from labkit.runtime.membership import stage_module
+from labkit.model.assembly import stage_module
 from labkit.runtime.peer import StagePeer
-from labkit.runtime.trainer import Trainer
 
 DATA_REQUESTS = ("forward", "backward", "loss")  # what the throughput EMA measures
 EMA_GAMMA = 0.9
@@ -92,6 +89,11 @@ class PeerActor:
             if self._stopped.wait(ANNOUNCE_PERIOD):
                 return
 
+    @property
+    def serving(self) -> bool:
+        """Whether the peer still serves (a stopped actor is kept a while for stale callers)."""
+        return not self._stopped.is_set()
+
     async def call(self, method: str, *args: Any) -> Any:
         """Run one request on the peer's thread (queued behind the others) and return its result."""
         start = time.perf_counter()
@@ -112,77 +114,6 @@ class PeerActor:
         self._directory.withdraw(self.peer.stage, self._key)
 
 
-class TrainerActor:
-    """One trainer on this worker, running the in-process `Trainer` loop against the coordinator."""
-
-    def __init__(self, run_id: str, name: str, cfg: RunConfig, coordinator: tuple[str, str], dht_peers: list[str],
-                 t0: float) -> None:
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        self.client = SwarmClient(run_id, cfg, Actor(CoordinatorActor, *coordinator), dht_peers, t0)
-        self.trainer = Trainer(name, self.client)
-        self.trainer.start()
-
-    async def running(self) -> bool:
-        alive = self.trainer.thread.is_alive()
-        if not alive:
-            self.client.close()
-        return alive
-
-
-# The run-handle verbs the driver may call on the coordinator, and the swarm calls trainers make.
-RUN_VERBS = ("state", "stop", "kill_peer", "add_peer", "move_peer", "rebalance", "set_layer_split",
-             "set_peer_delay", "peer_state", "set_compression", "set_sync", "summary")
-TRAINER_CALLS = ("stage_empty", "peer_timed_out", "peer_failed", "fail")
-
-
-class CoordinatorActor:
-    """The run on a worker: a `Run` whose swarm places peers and trainers on other workers.
-
-    It keeps the step ledger, the step boundary and the event log; the driver polls events and
-    forwards verbs; trainers take microbatches and report hops here."""
-
-    def __init__(self, run_id: str, key: str, cfg: RunConfig, resume: dict[str, Any] | None, host: str) -> None:
-        from labkit.runtime.cluster.swarm import ClusterSwarm
-        from labkit.runtime.run import Run
-
-        self._pool = ThreadPoolExecutor(cfg.trainers + 16, thread_name_prefix="coordinator")
-        client, here = get_client(), get_worker().address
-
-        def swarm(c: RunConfig, log: Any, r: dict[str, Any] | None) -> ClusterSwarm:
-            return ClusterSwarm(c, log, r, client=client, run_id=run_id, coordinator=(here, key), host=host)
-
-        self.run = Run(cfg, resume=resume, swarm_factory=swarm)
-
-    async def _off(self, fn: Any, *args: Any) -> Any:
-        """Run a (possibly blocking) call on the coordinator's pool, not the worker's event loop."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
-
-    async def verb(self, name: str, *args: Any) -> Any:
-        if name not in RUN_VERBS:
-            raise ValueError(f"verb={name!r} is not allowed: one of {list(RUN_VERBS)}")
-        return await self._off(getattr(self.run, name), *args)
-
-    async def done(self) -> bool:
-        return self.run.done
-
-    async def events_since(self, index: int) -> tuple[list[dict[str, Any]], int]:
-        return self.run.events.since(index)
-
-    async def snapshot(self) -> Any:
-        return await asyncio.wrap_future(self.run.snapshot())
-
-    async def next_task(self) -> tuple[Any, str]:
-        swarm = await self._off(self.run._swarm_or_raise)
-        return await self._off(swarm.next_task), swarm.codec
-
-    async def finish(self, task: Any, credits: dict[int, str], loss: float | None, hops: list[dict[str, Any]]) -> None:
-        swarm = self.run._swarm_or_raise()
-        for event in hops:
-            swarm.emit(event)
-        await self._off(swarm.finish, task, credits, loss)
-
-    async def trainer_call(self, name: str, *args: Any) -> Any:
-        if name not in TRAINER_CALLS:
-            raise ValueError(f"call={name!r} is not allowed: one of {list(TRAINER_CALLS)}")
-        return await self._off(getattr(self.run._swarm_or_raise(), name), *args)
+def peer_actor(address: str, key: str) -> Actor:
+    """A handle on the peer actor `key` on the worker at `address` (what the DHT announces)."""
+    return Actor(PeerActor, address, key)

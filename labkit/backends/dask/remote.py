@@ -1,9 +1,9 @@
-"""Handles on peers that live in other processes, shaped like the in-process `StagePeer`.
+"""The Dask transport: a `PeerHandle` on a peer that lives in another process.
 
 `RemotePeer.call` sends a request to the peer's Dask actor — worker to worker, straight from
 the caller's process — and returns a `concurrent.futures.Future`, so the trainer and the step
-boundary code drive remote and in-process peers the same way. Queue length and sample counts
-are what the peer last published to the DHT.
+boundary drive remote and in-process peers the same way. Queue length and sample counts are what
+the peer last published to the DHT.
 """
 
 from __future__ import annotations
@@ -15,19 +15,12 @@ from typing import Any
 
 from distributed.actor import Actor
 
-from labkit.runtime.cluster.dht import ANNOUNCE_TTL
+from labkit.backends.dask.dht import ANNOUNCE_TTL
 
 # Enough threads for every request one process has outstanding at once (a trainer has one; the
 # coordinator's step boundary has one per peer).
 _CALLS = ThreadPoolExecutor(64, thread_name_prefix="labkit-call")
 START_TIMEOUT = 120.0  # seconds a new actor may take to start (a worker's first torch import is slow)
-
-
-def peer_actor(address: str, key: str) -> Actor:
-    """A handle on the peer actor `key` on the worker at `address` (what the DHT announces)."""
-    from labkit.runtime.cluster.actors import PeerActor
-
-    return Actor(PeerActor, address, key)
 
 
 class RemotePeer:

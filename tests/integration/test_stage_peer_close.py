@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from labkit.config import ModelConfig, RunConfig
-from labkit.runtime.membership import initial_states, stage_module
+from labkit.model.assembly import initial_states, stage_module
 from labkit.runtime.peer import PeerDied, StagePeer
 
 

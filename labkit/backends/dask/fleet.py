@@ -1,12 +1,9 @@
-"""The SWARM of a Dask run: the in-process swarm's ledger and step boundary, with every peer and
-trainer an actor on its own worker and the hivemind DHT as the registry.
+"""Where a Dask run's peers and trainers live: the Dask `PeerFactory`.
 
-This object lives in the coordinator actor. It places peers on free workers (GPU workers
-first) and trainers on the rest, watches the DHT (peers that stop announcing are evicted; their
-queue lengths feed Algorithm 2), and gives every worker that joins the cluster mid-run a peer
-on the stage the join rule picks. The step-boundary average is the in-process one, run over the
-actors: each peer's gradient sum comes here, the stage's sum goes back (a star all-reduce, chosen
-by measurement over hivemind's DecentralizedAverager; see docs/benchmarks.md).
+It lives in the coordinator actor. It places every peer and trainer as an actor on its own
+worker (GPU workers first for peers, CPU workers first for trainers), watches the DHT (peers that
+stop announcing are evicted; their queue lengths feed Algorithm 2), and gives every worker that
+joins the cluster mid-run a peer on the stage the join rule picks.
 """
 
 from __future__ import annotations
@@ -14,20 +11,23 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distributed import Client
+from distributed.actor import Actor
 
 from labkit import events
+from labkit.backends.dask.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, StageDirectory, join, node_for, release
+from labkit.backends.dask.peer_actor import PeerActor
+from labkit.backends.dask.placement import peer_worker, trainer_workers
+from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
+from labkit.backends.dask.trainer_actor import TrainerActor
+from labkit.backends.dask.workers import cluster_workers
 from labkit.config import RunConfig
-from labkit.runtime.cluster.actors import PeerActor, TrainerActor
-from labkit.runtime.cluster.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, StageDirectory, join, node_for, release
-from labkit.runtime.cluster.placement import peer_worker, trainer_workers
-from labkit.runtime.cluster.remote import START_TIMEOUT, RemotePeer
-from labkit.runtime.cluster.workers import cluster_workers
-from labkit.runtime.eventlog import EventLog
-from labkit.runtime.swarm import InProcessSwarm
+from labkit.runtime.ports import PeerHandle
 
+if TYPE_CHECKING:
+    from labkit.runtime.coordinator import Coordinator
 
 
 class NoFreeWorker(RuntimeError):
@@ -37,15 +37,15 @@ class NoFreeWorker(RuntimeError):
 class RemoteTrainer:
     """A trainer actor on `worker`; `join` waits for its loop to end."""
 
-    def __init__(self, swarm: ClusterSwarm, name: str, worker: str) -> None:
-        self.swarm, self.name, self.worker = swarm, name, worker
+    def __init__(self, fleet: DaskPeers, name: str, worker: str) -> None:
+        self.fleet, self.name, self.worker = fleet, name, worker
         self._future: Any = None
 
     def start(self) -> None:
-        s = self.swarm
-        self._future = s.client.submit(TrainerActor, s.run_id, self.name, s.cfg, s.coordinator, s.dht_peers, s.t0_wall,
-                                       actor=True, workers=[self.worker], allow_other_workers=False,
-                                       key=f"labkit-trainer-{s.run_id}-{self.name}")
+        f = self.fleet
+        self._future = f.client.submit(TrainerActor, f.run_id, self.name, f.cfg, f.coordinator_actor, f.dht_peers,
+                                       f.t0_wall, actor=True, workers=[self.worker], allow_other_workers=False,
+                                       key=f"labkit-trainer-{f.run_id}-{self.name}")
 
     def join(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -60,30 +60,35 @@ class RemoteTrainer:
             time.sleep(0.2)
 
 
-class ClusterSwarm(InProcessSwarm):
-    """An `InProcessSwarm` whose peers and trainers are actors on the workers of `client`'s cluster."""
+class DaskPeers:
+    """A `PeerFactory` whose peers and trainers are actors on the workers of `client`'s cluster.
 
-    def __init__(self, cfg: RunConfig, log: EventLog, resume: dict[str, Any] | None, *, client: Client, run_id: str,
-                 coordinator: tuple[str, str], host: str) -> None:
-        self.client, self.run_id, self.coordinator = client, run_id, coordinator
+    coordinator_actor: the coordinator's own actor handle (trainers call it) on worker `here`."""
+
+    def __init__(self, cfg: RunConfig, *, client: Client, run_id: str, coordinator_actor: Actor, here: str,
+                 host: str) -> None:
+        self.cfg, self.client, self.run_id, self.coordinator_actor = cfg, client, run_id, coordinator_actor
         self.t0_wall = time.time()
         self.directory = StageDirectory(node_for(run_id, [], host), run_id, cfg.stages)
         self.dht_peers = self.directory.node.maddrs()
+        self.coordinator: Coordinator | None = None
         self._announced: dict[str, dict[str, Any]] = {}
         self._last_seen: dict[str, float] = {}
-        self._placed: dict[str, str] = {coordinator[0]: "coordinator"}  # worker address -> what runs there
-        self._initial_workers = set(self._workers())
-        self._running = False
+        self._placed: dict[str, str] = {here: "coordinator"}  # worker address -> what runs there
+        self._initial_workers = set(cluster_workers(client))
         client.run(join, run_id, self.dht_peers, host)  # every worker joins the DHT now, in parallel
-        super().__init__(cfg, log, resume)
+
+    def clock(self) -> float:
+        """Seconds since the run started, on the wall clock every worker shares."""
+        return time.time() - self.t0_wall
+
+    def bind(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
 
     # -- placement -----------------------------------------------------------------------------
-    def _workers(self) -> dict[str, dict[str, Any]]:
-        return cluster_workers(self.client)
-
     def _free_worker(self) -> str:
         """A worker hosting nothing of this run: one that joined mid-run first, then GPU workers."""
-        workers = self._workers()
+        workers = cluster_workers(self.client)
         worker = peer_worker(workers, self._placed, self._initial_workers)
         if worker is None:
             raise NoFreeWorker(f"no free Dask worker for a new peer: all {len(workers)} workers host a peer, a trainer "
@@ -91,31 +96,33 @@ class ClusterSwarm(InProcessSwarm):
                                f"on a GPU host) or use fewer peers")
         return worker
 
-    def _make_trainers(self) -> list[RemoteTrainer]:
+    def start_trainers(self, count: int) -> list[RemoteTrainer]:
         """One trainer per free worker (CPU workers first); with too few, they share the coordinator's."""
         coordinator = next(w for w, what in self._placed.items() if what == "coordinator")
         trainers = []
-        for i, worker in enumerate(trainer_workers(self._workers(), self._placed, self.cfg.trainers, coordinator)):
+        for i, worker in enumerate(trainer_workers(cluster_workers(self.client), self._placed, count, coordinator)):
             self._placed.setdefault(worker, f"t{i}")
             trainers.append(RemoteTrainer(self, f"t{i}", worker))
         return trainers
 
-    def _make_peer(self, name: str, stage: int, state: dict[str, Any], delay: float = 0.0, source: Any = None) -> RemotePeer:
+    def start_peer(self, name: str, stage: int, state: dict[str, Any] | None, *, source: PeerHandle | None,
+                   delay: float, running: bool) -> RemotePeer:
         """Start peer `name` as an actor: on the worker it had (a rebuild), else on a free worker.
         It downloads its state from `source` (a live neighbour) directly when there is one.
         Before the run starts it returns at once (the first peers start in parallel); mid-run it
-        waits, under the swarm's lock, until the peer holds its state and the DHT lists it, so
-        that no step boundary falls between the download and the peer's first step and trainers
-        can find it. A peer counts as silent (and may be evicted) only once it started."""
+        waits, under the coordinator's lock, until the peer holds its state and the DHT lists it,
+        so that no step boundary falls between the download and the peer's first step and
+        trainers can find it. A peer counts as silent (and may be evicted) only once it started."""
         worker = next((w for w, what in self._placed.items() if what == name), None) or self._free_worker()
         self._placed[worker] = name
         key = f"labkit-peer-{self.run_id}-{name}-{uuid.uuid4().hex[:8]}"
         origin = None if source is None else (source.worker, source.key)
-        future = self.client.submit(PeerActor, self.run_id, key, name, stage, self.cfg, None if origin else state, delay,
-                                    self.dht_peers, origin, key=key, actor=True, workers=[worker], allow_other_workers=False)
+        future = self.client.submit(PeerActor, self.run_id, key, name, stage, self.coordinator.cfg, state, delay,
+                                    self.dht_peers, origin, key=key, actor=True, workers=[worker],
+                                    allow_other_workers=False)
         future.add_done_callback(lambda f: self._started(name, f))
         peer = RemotePeer(name, stage, key, None, self._announcement, self._withdraw, delay, owner=future)
-        if self._running:  # mid-run the peer must hold its state before the next step boundary
+        if running:
             try:
                 self._wait_announced([peer])
             except Exception:
@@ -147,23 +154,8 @@ class ClusterSwarm(InProcessSwarm):
         if future.status == "finished":
             self._last_seen[name] = time.monotonic()
         else:
-            threading.Thread(target=self._evict, args=(name, f"failed to start: {future.exception()}"), daemon=True).start()
-
-    def peer_timed_out(self, name: str, may_have_accumulated: bool, key: str | None = None) -> None:
-        """As in-process, unless the trainer called an earlier instance of `name` (actor `key`)."""
-        if self._is_current(name, key):
-            super().peer_timed_out(name, may_have_accumulated)
-
-    def peer_failed(self, name: str, exc: BaseException, key: str | None = None) -> None:
-        """As in-process, unless the trainer called an earlier instance of `name` (actor `key`)."""
-        if self._is_current(name, key):
-            super().peer_failed(name, exc)
-
-    def _is_current(self, name: str, key: str | None) -> bool:
-        """Whether actor `key` still serves peer `name`: a trainer's stale DHT view may have sent
-        a request to the instance a rebuild replaced, whose fault says nothing of the new one."""
-        peer = self.peer(name)
-        return peer is not None and (key is None or peer.key == key)
+            threading.Thread(target=self.coordinator.members.evict, args=(name, f"failed to start: {future.exception()}"),
+                             daemon=True).start()
 
     def _announcement(self, name: str) -> dict[str, Any]:
         return self._announced.get(name, {})
@@ -179,50 +171,45 @@ class ClusterSwarm(InProcessSwarm):
             pass
 
     # -- life cycle ----------------------------------------------------------------------------
-    def clock(self) -> float:
-        """Seconds since the run started, on the wall clock every worker shares."""
-        return time.time() - self.t0_wall
-
-    def start(self) -> None:
-        """Wait for the first peers (they start in parallel) to be announced, then start trainers
-        and the watcher."""
-        self._wait_announced(list(self._peers.values()))
-        self._running = True
-        super().start()
+    def started(self) -> None:
+        """Wait for the first peers (they start in parallel) to be announced, then watch them."""
+        self._wait_announced(list(self.coordinator.members.peers.values()))
         threading.Thread(target=self._watch, name="labkit-watch", daemon=True).start()
 
     def _watch(self) -> None:
         """Every announce period: read the DHT, evict peers silent for `ANNOUNCE_TTL`, and give
         workers that joined the cluster a peer."""
-        while not self._stopped.wait(ANNOUNCE_PERIOD):
+        c = self.coordinator
+        while not c.stopped.wait(ANNOUNCE_PERIOD):
             try:
                 self._announced = self.directory.discover()
             except Exception:
                 continue
             now = time.monotonic()
-            for name in list(self.registry()):
+            for name in list(c.members.registry()):
                 if name in self._announced:
                     self._last_seen[name] = now
                 elif name in self._last_seen and now - self._last_seen[name] > ANNOUNCE_TTL:
-                    self._evict(name, f"stopped announcing to the DHT for {ANNOUNCE_TTL:.0f} s")
+                    c.members.evict(name, f"stopped announcing to the DHT for {ANNOUNCE_TTL:.0f} s")
             self._use_new_workers()
 
     def _use_new_workers(self) -> None:
+        c = self.coordinator
         try:
-            joined = [w for w in self._workers() if w not in self._initial_workers and w not in self._placed]
+            joined = [w for w in cluster_workers(self.client) if w not in self._initial_workers and w not in self._placed]
         except Exception:
             return
         for worker in joined:
             try:
-                name = self.add_peer(None)
+                name = c.members.add_peer(None)
             except Exception as exc:  # e.g. the worker left again before the peer started
-                self.emit(events.setting(self.clock(), name="worker_unused", value=f"{worker}: {type(exc).__name__}: {exc}"))
+                c.emit(events.setting(c.clock(), name="worker_unused", value=f"{worker}: {type(exc).__name__}: {exc}"))
                 continue
-            self.emit(events.setting(self.clock(), name="worker_joined", value=f"{worker} serves {name}"))
+            c.emit(events.setting(c.clock(), name="worker_joined", value=f"{worker} serves {name}"))
 
-    def join(self, timeout: float | None = None) -> None:
-        super().join(timeout)
+    def close(self) -> None:
+        """Shut down every worker's DHT node of this run."""
         try:
-            self.client.run(release, self.run_id)  # every worker's DHT node of this run
+            self.client.run(release, self.run_id)
         except Exception:
             pass

@@ -1,0 +1,121 @@
+"""The trainer actor: the in-process `Trainer` loop on a Dask worker, fed by the coordinator actor.
+
+On its worker a trainer sees the run through two ports: `CoordinatorClient` (its `WorkSource`:
+microbatches and accounting from the coordinator actor; hop events are batched and sent with
+each microbatch's `finish`) and `DhtDirectory` (its `Directory`: peers as the hivemind DHT
+announces them). Activations go straight from this worker to the peers' workers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import torch
+from distributed.actor import Actor
+
+from labkit import events
+from labkit.backends.dask.dht import ANNOUNCE_PERIOD, StageDirectory, node_for
+from labkit.backends.dask.peer_actor import peer_actor
+from labkit.backends.dask.remote import RemotePeer
+from labkit.config import RunConfig
+from labkit.data import WindowSampler, load_corpus
+from labkit.runtime.trainer import Trainer
+from labkit.swarm.ledger import Task
+
+
+class DhtDirectory:
+    """Peers as the DHT announces them, re-read twice per announce period (a failed read keeps
+    the last view); remembers which actor instance of each name it last handed out."""
+
+    def __init__(self, run_id: str, cfg: RunConfig, dht_peers: list[str]) -> None:
+        self._directory = StageDirectory(node_for(run_id, dht_peers), run_id, cfg.stages)
+        self._announced: dict[str, dict[str, Any]] = self._directory.discover()
+        self._handles: dict[tuple[str, str], RemotePeer] = {}
+        self._instances: dict[str, int] = {}  # actor key -> the order this directory first saw it in
+        self.called: dict[str, str] = {}  # peer name -> actor key of the handle last given out
+        self._stop = threading.Event()
+        threading.Thread(target=self._refresh, name="labkit-discover", daemon=True).start()
+
+    def _refresh(self) -> None:
+        while not self._stop.wait(ANNOUNCE_PERIOD / 2):
+            try:
+                self._announced = self._directory.discover()
+            except Exception:
+                continue
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def registry(self) -> dict[str, tuple[int, int]]:
+        """Peers announced in the DHT: name -> (stage, instance). A peer rebuilt under the same
+        name has a new actor key, hence a new instance: the trainer's router un-bans it."""
+        return {name: (int(info["stage"]), self._instances.setdefault(info["key"], len(self._instances)))
+                for name, info in self._announced.items()}
+
+    def peer(self, name: str) -> RemotePeer | None:
+        info = self._announced.get(name)
+        if info is None:
+            return None
+        handle = (info["address"], info["key"])
+        if handle not in self._handles:
+            self._handles[handle] = RemotePeer(name, int(info["stage"]), info["key"], peer_actor(*handle))
+        self.called[name] = info["key"]
+        return self._handles[handle]
+
+
+class CoordinatorClient:
+    """The trainer's `WorkSource`: calls on the coordinator actor, with the actor instance each
+    report is about (a stale view may have called a peer's replaced instance)."""
+
+    def __init__(self, coordinator: Actor, directory: DhtDirectory, t0: float) -> None:
+        self._coordinator, self._directory, self._t0 = coordinator, directory, t0
+        self._events: list[events.Event] = []
+
+    def clock(self) -> float:
+        return time.time() - self._t0
+
+    def emit(self, event: events.Event) -> None:
+        self._events.append(event)
+
+    def next_task(self) -> tuple[Task, str] | None:
+        return self._coordinator.next_task().result()
+
+    def finish(self, task: Task, credits: dict[int, str], loss: float | None) -> None:
+        batch, self._events = self._events, []
+        self._coordinator.finish(task, credits, loss, batch).result()
+
+    def stage_empty(self, stage: int) -> None:
+        self._coordinator.trainer_call("stage_empty", stage).result()
+
+    def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
+        self._coordinator.trainer_call("peer_timed_out", name, may_have_accumulated,
+                                       self._directory.called.get(name)).result()
+
+    def peer_failed(self, name: str, exc: BaseException) -> None:
+        error = RuntimeError(f"{type(exc).__name__}: {exc}")
+        self._coordinator.trainer_call("peer_failed", name, error, self._directory.called.get(name)).result()
+
+    def fail(self, exc: BaseException) -> None:
+        self._coordinator.trainer_call("fail", RuntimeError(f"{type(exc).__name__}: {exc}")).result()
+
+
+class TrainerActor:
+    """One trainer on this worker, running the in-process `Trainer` loop against the coordinator."""
+
+    def __init__(self, run_id: str, name: str, cfg: RunConfig, coordinator: Actor, dht_peers: list[str],
+                 t0: float) -> None:
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.directory = DhtDirectory(run_id, cfg, dht_peers)
+        work = CoordinatorClient(coordinator, self.directory, t0)
+        sampler = WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed)
+        self.trainer = Trainer(name, cfg, work, self.directory, sampler)
+        self.trainer.start()
+
+    async def running(self) -> bool:
+        alive = self.trainer.thread.is_alive()
+        if not alive:
+            self.directory.close()
+        return alive

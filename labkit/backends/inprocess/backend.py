@@ -1,0 +1,67 @@
+"""Peers and trainers as threads of this process: the in-process `PeerFactory` and its launcher.
+
+A request to a peer goes on the peer's own queue (the in-process transport); trainers take work
+from the coordinator and find peers in its registry directly.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from labkit.config import RunConfig
+from labkit.data import Corpus, WindowSampler
+from labkit.model.assembly import stage_module
+from labkit.runtime.coordinator import Coordinator
+from labkit.runtime.local_run import LocalRun
+from labkit.runtime.peer import StagePeer
+from labkit.runtime.ports import PeerHandle
+from labkit.runtime.trainer import Trainer
+
+
+class ThreadPeers:
+    """A `PeerFactory` whose peers and trainers are threads of this process."""
+
+    def __init__(self, cfg: RunConfig, corpus: Corpus) -> None:
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.sampler = WindowSampler(corpus.train, cfg.model.seq_len, cfg.seed)
+        self._t0 = time.perf_counter()
+        self.coordinator: Coordinator | None = None
+
+    def clock(self) -> float:
+        """Seconds since the run started."""
+        return time.perf_counter() - self._t0
+
+    def bind(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+
+    def start_peer(self, name: str, stage: int, state: dict[str, Any] | None, *, source: PeerHandle | None,
+                   delay: float, running: bool) -> StagePeer:
+        """A peer thread holding `state`, or the state it downloads from the live neighbour `source`."""
+        cfg = self.coordinator.cfg  # with the layer split in force
+        if source is not None:
+            state = source.call("state").result()
+        peer = StagePeer(name, stage, stage_module(cfg, stage, state["params"]), cfg)
+        peer.load_state(state)
+        peer.set_delay(delay)
+        return peer
+
+    def start_trainers(self, count: int) -> list[Trainer]:
+        c = self.coordinator
+        return [Trainer(f"t{i}", c.cfg, c, c, self.sampler) for i in range(count)]
+
+    def started(self) -> None:
+        """Peer threads serve from the moment they exist: nothing to wait for."""
+
+    def close(self) -> None:
+        """Nothing outlives the peers here."""
+
+
+def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
+           trace: bool = False) -> LocalRun:
+    """Start `cfg` with every peer and trainer a thread of this process; returns its handle at once."""
+    return LocalRun(cfg, ThreadPeers, run_dir=run_dir, resume=resume, trace=trace)

@@ -1,0 +1,164 @@
+"""The step boundary: where SWARM's exactness is enforced and every stage takes its step.
+
+It runs on the coordinator's thread, lock held, once the ledger says every microbatch of the
+step is credited at every stage. In six steps:
+
+1. gather  — ask every live peer for its accumulated gradient sum and sample count;
+2. check   — each peer's count equals what the ledger credits it, each stage sums the global batch;
+3. decide  — the sync schedule says all-reduce, a DiLoCo inner step, an outer step, a switch;
+4. reduce  — sum the stage's gradients (or average DiLoCo's pseudo-gradients by samples);
+5. apply   — every peer of the stage applies the same step;
+6. commit  — record each stage's state, re-cut the layers if asked, advance the ledger, emit events.
+
+A peer that fails while its sums are gathered is evicted and the boundary is abandoned: its
+samples are recomputed by the survivors and the boundary runs again. A peer that fails while the
+step is applied is evicted and the survivors go on. Requests to the peers of all stages go out
+at once (they may live in other processes).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from labkit import events
+from labkit.config import SyncConfig
+from labkit.model.assembly import stage_module
+from labkit.model.partition import stage_bounds
+from labkit.runtime.ports import PeerHandle
+from labkit.runtime.resize import recut_states
+from labkit.swarm.sync import sum_over_peers, weighted_average
+
+if TYPE_CHECKING:
+    from labkit.runtime.coordinator import Coordinator
+
+Gathered = list[tuple[list[PeerHandle], list[tuple[list[Any], int]]]]  # per stage: peers, (grads, samples)
+
+
+def step_boundary(c: Coordinator) -> None:
+    """Take one optimizer step of the whole run (see the module docstring)."""
+    step = c.ledger.step
+    # 1-2. gather every stage's gradient sums and check them against the ledger
+    gathered = gather_gradients(c)
+    if gathered is None:
+        return  # a peer was evicted: its samples are recomputed, then the boundary runs again
+    # 3. decide what this boundary does
+    decision = c.schedule.boundary()
+    # 4-5. reduce and apply
+    if decision.allreduce:
+        sums = [sum_over_peers([g for g, _ in taken]) for _, taken in gathered]
+        gather(c, "optimizer_step", [(p, (sums[stage], step)) for stage, (peers, _) in enumerate(gathered)
+                                     for p in peers])
+        for stage, (peers, _) in enumerate(gathered):
+            _emit_sync(c, step, stage, "allreduce", len(peers), sums[stage])
+    else:
+        gather(c, "local_step", [(p, (g, n, step)) for peers, taken in gathered for p, (g, n) in zip(peers, taken)
+                                 if n > 0])
+        if decision.outer:
+            for stage in range(c.cfg.stages):
+                _outer_step(c, step, stage, c.members.live(stage))
+    if decision.switch_to is not None:
+        for stage in range(c.cfg.stages):
+            _switch(c, c.members.live(stage), decision.switch_to)
+    # 6. commit
+    _commit(c, step, [sum(n for _, n in taken) for _, taken in gathered])
+
+
+def gather(c: Coordinator, method: str, calls: list[tuple[PeerHandle, tuple]]) -> list[Any]:
+    """Call `method` on each peer with its arguments, all at once; evict a peer that fails or
+    exceeds `peer_timeout`, leaving None in its place."""
+    futures = [(p, p.call(method, *args)) for p, args in calls]
+    results = []
+    for p, f in futures:
+        try:
+            results.append(f.result(timeout=c.cfg.peer_timeout))
+        except Exception as exc:
+            c.members.evict(p.name, f"{method} failed at the step boundary: {type(exc).__name__}: {exc}")
+            results.append(None)
+    return results
+
+
+def gather_gradients(c: Coordinator) -> Gathered | None:
+    """Every stage's live peers and their gradient sums, checked against the ledger's credits;
+    None if a peer had to be evicted."""
+    peers = [c.members.live(stage) for stage in range(c.cfg.stages)]
+    taken = gather(c, "gradients", [(p, ()) for stage_peers in peers for p in stage_peers])
+    if any(t is None for t in taken):
+        return None
+    gathered, rest = [], iter(taken)
+    for stage, stage_peers in enumerate(peers):
+        stage_taken = [next(rest) for _ in stage_peers]
+        credited = c.ledger.samples(stage)
+        for p, (_, samples) in zip(stage_peers, stage_taken):
+            if samples != credited.get(p.name, 0):
+                raise RuntimeError(f"accounting broke: {p.name} accumulated {samples} samples, "
+                                   f"ledger credits {credited.get(p.name, 0)}")
+        total = sum(n for _, n in stage_taken)
+        if total != c.cfg.global_batch:
+            raise RuntimeError(f"stage {stage} summed {total} samples, not the global batch {c.cfg.global_batch}")
+        gathered.append((stage_peers, stage_taken))
+    return gathered
+
+
+def _outer_step(c: Coordinator, step: int, stage: int, peers: list[PeerHandle]) -> None:
+    """DiLoCo: average the peers' pseudo-gradients, weighted by samples, and step every peer."""
+    pairs = [(p, r) for p, r in zip(peers, gather(c, "pseudo_gradient", [(p, ()) for p in peers])) if r is not None]
+    delta = weighted_average({p.name: d for p, (d, _) in pairs}, {p.name: n for p, (_, n) in pairs})
+    gather(c, "outer_step", [(p, (delta,)) for p, _ in pairs])
+    _emit_sync(c, step, stage, "diloco", len(pairs), delta)
+
+
+def _switch(c: Coordinator, peers: list[PeerHandle], sync: SyncConfig) -> None:
+    """Change every peer of a stage to `sync`'s mode (DiLoCo starts from the current parameters)."""
+    if sync.mode == "diloco":
+        gather(c, "enter_diloco", [(p, (sync,)) for p in peers])
+    else:
+        gather(c, "leave_diloco", [(p, ()) for p in peers])
+
+
+def _emit_sync(c: Coordinator, step: int, stage: int, kind: str, peers: int, tensors: list[Any]) -> None:
+    """Data-parallel traffic of one sync: each peer sends its tensors and receives the average."""
+    size = sum(t.numel() * t.element_size() for t in tensors)
+    c.emit(events.sync(c.clock(), step=step + 1, stage=stage, kind=kind, peers=peers, nbytes=2 * size * peers))
+
+
+def _commit(c: Coordinator, step: int, stage_samples: list[int]) -> None:
+    """Record the stages' new states, re-cut if asked, advance the ledger, emit, evaluate."""
+    firsts = [c.members.live(stage)[:1] for stage in range(c.cfg.stages)]
+    for p in c.members.peers.values():
+        p.call("drop_stash")  # activations of abandoned attempts
+    states = iter(gather(c, "state", [(first[0], ()) for first in firsts if first]))
+    for stage, first in enumerate(firsts):
+        state = next(states) if first else None
+        if state is not None:
+            c.snapshots[stage] = state
+    if c.new_split is not None:
+        _apply_split(c, c.new_split)
+    c.last_loss = c.ledger.loss()
+    c.ledger.advance()
+    now = c.clock()
+    c.emit(events.step(now, step=step + 1, loss=c.last_loss, samples=c.cfg.global_batch,
+                       tokens=c.cfg.global_batch * c.cfg.model.seq_len) | {"stage_samples": stage_samples})
+    for p in sorted(c.members.peers.values(), key=lambda p: p.name):
+        c.emit(events.peer(now, peer=p.name, stage=p.stage, state="alive", queue=p.queue_length))
+    for hook in c.step_hooks:
+        hook(step + 1)
+    done = step + 1 >= c.cfg.steps
+    if done or (c.cfg.eval_every and (step + 1) % c.cfg.eval_every == 0):
+        c.syncing = True  # no task is handed out while the lock is released for evaluation
+        c.cond.release()
+        try:
+            c.evaluate()
+        finally:
+            c.cond.acquire()
+            c.syncing = False
+    if done:
+        c.finished.set()
+        c.stop()
+
+
+def _apply_split(c: Coordinator, split: tuple[int, ...]) -> None:
+    """set_layer_split at the boundary (nothing in flight): re-slice the states, rebuild every peer."""
+    c.new_split = None
+    c.cfg = c.cfg.replace(layer_split=split)
+    c.snapshots = recut_states(c.snapshots, lambda stage, params: stage_module(c.cfg, stage, params), c.cfg.stages)
+    c.members.rebuild(stage_bounds(split))

@@ -1,0 +1,227 @@
+"""The coordinator of a run: the step ledger, the membership of peers and the step boundary.
+
+It is built by composition from a `PeerFactory` (where peers and trainers run: threads here, Dask
+actors on a cluster), and is what trainers take work from (`WorkSource`) and find peers in
+(`Directory`) in-process. Its own thread runs the step boundary (labkit/runtime/boundary.py)
+whenever the ledger says every stage holds exactly the global batch.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from labkit import events
+from labkit.config import RunConfig, SyncConfig
+from labkit.runtime.boundary import step_boundary
+from labkit.runtime.eventlog import EventLog
+from labkit.runtime.membership import Membership
+from labkit.model.partition import stage_bounds
+from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
+from labkit.swarm.ledger import StepLedger, Task
+from labkit.swarm.sync import SyncSchedule
+from labkit.wire import get_codec
+
+Evaluate = Callable[[RunConfig, list[dict[str, Any]]], float]  # validation loss of committed stage states
+
+
+class Coordinator:
+    """Ledger, membership and step boundary of one run; peers and trainers come from `factory`.
+
+    states: every stage's committed state (step `step`); evaluate: the validation loss of
+    committed states (None: no evaluation)."""
+
+    def __init__(self, cfg: RunConfig, log: EventLog, factory: PeerFactory, states: list[dict[str, Any]], *,
+                 step: int = 0, evaluate: Evaluate | None = None) -> None:
+        self.cfg, self.log, self.factory, self.evaluator = cfg, log, factory, evaluate
+        self.clock = factory.clock
+        self.codec = cfg.compression.codec  # wire codec of activations and their gradients; switchable
+        get_codec(self.codec)  # an unavailable codec fails here, with its name, before any peer starts
+        self.ledger = StepLedger(cfg.stages, cfg.microbatches_per_step, cfg.microbatch, step=step)
+        self.schedule = SyncSchedule(cfg.sync)
+        self.snapshots = [dict(s) for s in states]  # committed at the last step boundary
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.paused: set[int] = set()  # stages without a live peer
+        self.new_split: tuple[int, ...] | None = None  # set_layer_split's request, applied at a boundary
+        self.stopping = False  # no more tasks are handed out
+        self.syncing = False  # the boundary evaluates: no task is handed out meanwhile
+        self.running = False  # start() was called: new peers must be ready before they join
+        self.closed = False  # join() stopped the peers
+        self.finished = threading.Event()  # the last step was committed
+        self.stopped = threading.Event()  # no more steps will be taken
+        self.last_loss: float | None = None
+        self.error: BaseException | None = None
+        self.step_hooks: list[Callable[[int], None]] = []  # called after each step, lock held
+        self.members = Membership(self, stage_bounds(cfg.layer_split))
+        factory.bind(self)
+        for stage, count in enumerate(cfg.peers_per_stage):
+            for _ in range(count):
+                name = self.members.spawn(stage, self.snapshots[stage])
+                if cfg.sync.mode == "diloco":
+                    self.members.peer(name).call("ensure_diloco", cfg.sync).result()
+        self.trainers = factory.start_trainers(cfg.trainers)
+        self._boundary = threading.Thread(target=self._boundary_loop, name="labkit-boundary", daemon=True)
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def emit(self, event: events.Event) -> None:
+        self.log.emit(event)
+
+    def start(self, description: str = "") -> None:
+        """Wait for the first peers to serve, evaluate the start, then start trainers and the boundary."""
+        self.factory.started()
+        self.running = True
+        self.emit(events.run(self.clock(), state="started", reason=description))
+        self.evaluate()
+        for trainer in self.trainers:
+            trainer.start()
+        self._boundary.start()
+        if self.cfg.rebalance_period:
+            threading.Thread(target=self.members.rebalance_loop, name="rebalancer", daemon=True).start()
+
+    def stop(self) -> None:
+        """Hand out no more work; the trainers end after the microbatches in flight."""
+        with self.lock:
+            self.stopping = True
+            self.stopped.set()
+            self.cond.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        """End the run on an unexpected error, with the error in a `run` `failed` event."""
+        with self.lock:
+            if self.error is None:
+                self.error = exc
+                self.emit(events.run(self.clock(), state="failed", reason=f"{type(exc).__name__}: {exc}"))
+            self.finished.set()
+        self.stop()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the trainers and the boundary to end, then stop the peers and the backend."""
+        for trainer in self.trainers:
+            trainer.join(timeout)
+        if self._boundary.is_alive():
+            self._boundary.join(timeout)
+        with self.lock:
+            self.closed = True
+            peers = list(self.members.peers.values())
+        for p in peers:
+            p.close()
+        self.factory.close()
+
+    # -- work for trainers (the WorkSource port) -----------------------------------------------
+    def next_task(self) -> tuple[Task, str] | None:
+        """Block until there is a microbatch to work on; None once the run is over."""
+        with self.cond:
+            while True:
+                if self.stopping:
+                    return None
+                if not self.paused and not self.syncing:
+                    task = self.ledger.next_task()
+                    if task is not None:
+                        return task, self.codec
+                self.cond.wait(timeout=0.5)
+
+    def finish(self, task: Task, credits: dict[int, str], loss: float | None) -> None:
+        with self.cond:
+            self.ledger.finish(task, credits, loss)
+            self.cond.notify_all()
+
+    def stage_empty(self, stage: int) -> None:
+        """A trainer found no live peer for `stage`: pause until one is added."""
+        with self.lock:
+            if not self.members.live(stage) and stage not in self.paused:
+                self.paused.add(stage)
+                self.emit(events.run(self.clock(), state="paused",
+                                     reason=f"stage {stage} has no live peer; add_peer({stage}) resumes the run"))
+
+    def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
+        self.members.timed_out(name, may_have_accumulated)
+
+    def peer_failed(self, name: str, exc: BaseException) -> None:
+        self.members.evict(name, f"error: {type(exc).__name__}: {exc}")
+
+    # -- peers for trainers (the Directory port) -----------------------------------------------
+    def registry(self) -> dict[str, tuple[int, int]]:
+        return self.members.registry()
+
+    def peer(self, name: str) -> PeerHandle | None:
+        return self.members.peer(name)
+
+    # -- the step boundary ---------------------------------------------------------------------
+    def _boundary_loop(self) -> None:
+        """Whenever every microbatch of the step is credited at every stage, take the step."""
+        with self.cond:
+            while not self.stopping:
+                if self.paused or self.syncing or not self.ledger.ready():
+                    self.cond.wait(timeout=0.5)
+                    continue
+                try:
+                    step_boundary(self)
+                except Exception as exc:  # a broken invariant ends the run loudly
+                    self.fail(exc)
+                self.cond.notify_all()
+
+    def evaluate(self) -> float | None:
+        """Validation loss of the parameters committed at the last step boundary (an `eval` event)."""
+        if self.evaluator is None:
+            return None
+        loss = self.evaluator(self.cfg, [s.get("global_params", s["params"]) for s in self.snapshots])
+        self.emit(events.evaluation(self.clock(), step=self.ledger.step, val_loss=loss))
+        return loss
+
+    # -- settings --------------------------------------------------------------------------------
+    def live_or_raise(self, verb: str) -> None:
+        """Refuse `verb` once the run has ended: its peers are gone."""
+        if self.closed or self.stopped.is_set():
+            status = "failed" if self.error else "finished" if self.finished.is_set() else "stopped"
+            raise RunEnded(f"{verb} is not available: the run has ended ({status}); "
+                           f"snapshot() and checkpoint() still give its final state")
+
+    def set_layer_split(self, split: tuple[int, ...]) -> None:
+        """Re-cut the model into `split` blocks per stage at the next step boundary."""
+        cfg = self.cfg.replace(layer_split=tuple(split))  # validates: ConfigError names the field
+        with self.lock:
+            self.live_or_raise("set_layer_split")
+            diloco = self.schedule.cfg.mode != "allreduce" or self.schedule.pending is not None
+            if diloco or cfg.delayed_updates or cfg.model.share_layers:
+                raise ValueError("set_layer_split is not allowed with DiLoCo (in force or requested), delayed updates "
+                                 "or shared layers: it needs one optimizer state per parameter, identical on every peer")
+            self.new_split = cfg.layer_split
+            self.emit(events.setting(self.clock(), name="layer_split", value=list(cfg.layer_split)))
+
+    def set_compression(self, codec: str) -> None:
+        """Use `codec` for every hop from now on (a microbatch in flight may mix codecs; each
+        tensor carries the name of the codec that encoded it)."""
+        get_codec(codec)
+        with self.lock:
+            self.live_or_raise("set_compression")
+            self.codec = codec
+            self.emit(events.setting(self.clock(), name="codec", value=codec))
+
+    def set_sync(self, sync: SyncConfig) -> None:
+        """Switch between all-reduce and DiLoCo at the next boundary where the current mode can stop."""
+        with self.lock:
+            self.live_or_raise("set_sync")
+            self.schedule.request(sync)
+            self.emit(events.setting(self.clock(), name="sync", value=sync.mode))
+
+    def set_peer_delay(self, name: str, seconds: float) -> None:
+        self.members.live_peer(name, "set_peer_delay").set_delay(seconds)
+
+    def peer_state(self, name: str) -> dict[str, Any]:
+        return self.members.live_peer(name, "peer_state").call("state").result()
+
+    def state(self) -> dict[str, Any]:
+        """Step, last loss, paused stages, and every stage's peers with queue lengths and the
+        samples the ledger credits them with in the current step."""
+        with self.lock:
+            stages = []
+            for stage, (first, count) in enumerate(self.members.bounds):
+                credited = self.ledger.samples(stage)
+                peers = [{"peer": p.name, "queue": p.queue_length, "samples": p.samples, "delay": p.delay,
+                          "worker": p.worker, "credited": credited.get(p.name, 0)} for p in self.members.live(stage)]
+                stages.append({"stage": stage, "layers": list(range(first, first + count)), "peers": peers})
+            return {"status": "paused" if self.paused else "running", "step": self.ledger.step,
+                    "steps": self.cfg.steps, "loss": self.last_loss, "paused_stages": sorted(self.paused),
+                    "stages": stages}

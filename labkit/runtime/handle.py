@@ -1,0 +1,212 @@
+"""The run handle: the one contract the CLI, the widgets, the notebooks and the tests drive.
+
+A run starts in the background and hands you this object at once::
+
+    import labkit
+    run = labkit.launch(labkit.RunConfig(stages=2, peers=2, steps=50))
+    run.wait_for(step=3)                    # block until step 3 is committed (no sleeps)
+    run.kill_peer("s1p0")                   # a crash: its unsynced work is recomputed elsewhere
+    name = run.add_peer(1)                  # a join: the new peer downloads stage 1's state
+    run.wait_for(event={"type": "hop", "peer": name})   # ...and starts serving
+    run.set_compression("int8")             # 8-bit activations on the wire from now on
+    snap = run.snapshot().result()          # the committed state at the next step boundary
+    summary = run.wait()                    # the end-of-run summary
+
+Every verb returns promptly (`wait`, `wait_for` and a future's `result` block only when you ask).
+Backends differ only in where peers run (threads here, Dask workers elsewhere); each implements
+`_verb` (forward one steering verb), `snapshot` and `state`, and inherits the rest, so a verb is
+written once, here, with its argument checks.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from labkit.config import WIRE_CODECS, RunConfig, SyncConfig
+from labkit.events import Event, hop_line
+from labkit.runtime.checkpoint import save_checkpoint
+from labkit.runtime.eventlog import EventLog
+
+# The steering verbs every backend forwards to its coordinator (the rest are served by the handle).
+STEERING_VERBS = ("stop", "kill_peer", "add_peer", "move_peer", "rebalance", "set_layer_split", "set_peer_delay",
+                  "peer_state", "set_compression", "set_sync")
+EventMatch = str | Mapping[str, Any] | Callable[[Event], bool]
+
+
+class Snapshot(NamedTuple):
+    """The committed state at one step boundary: what a checkpoint file holds."""
+
+    config: RunConfig  # with the layer split and sync mode in force
+    step: int
+    stages: list[dict[str, Any]]  # per stage: "params", "optimizer" (and DiLoCo's "global_params", ...)
+
+    def save(self, path: str | Path) -> Path:
+        return save_checkpoint(path, self.config, self.step, self.stages)
+
+
+def matches(event: Event, match: EventMatch) -> bool:
+    """Whether `event` is of type `match` (a str), has its fields (a mapping), or passes it (a callable)."""
+    if isinstance(match, str):
+        return event["type"] == match
+    if callable(match):
+        return bool(match(event))
+    return all(event.get(k) == v for k, v in match.items())
+
+
+def trace_hops(log: EventLog) -> None:
+    """Print one line per hop beside its event (`t0 → s1p0 forward 12.3 KB 4.1 ms`), for teaching."""
+    log.listeners.append(lambda e: print(hop_line(e)) if e["type"] == "hop" else None)
+
+
+def then(future: Future, fn: Callable[[Any], Any]) -> Future:
+    """A future of `fn(result)`, which runs when `future` resolves (its error propagates)."""
+    out: Future = Future()
+
+    def done(f: Future) -> None:
+        try:
+            out.set_result(fn(f.result()))
+        except Exception as exc:
+            out.set_exception(exc)
+
+    future.add_done_callback(done)
+    return out
+
+
+class RunHandle(ABC):
+    """A live training run: `events` (a live `EventLog`), `state()`, and the verbs that steer it."""
+
+    config: RunConfig
+    run_dir: Path | None
+    events: EventLog
+    _done: threading.Event
+    _summary: dict[str, Any]
+
+    # -- what a backend provides -------------------------------------------------------------
+    @abstractmethod
+    def _verb(self, name: str, *args: Any) -> Any:
+        """Carry out steering verb `name` (one of STEERING_VERBS) on the run's coordinator."""
+
+    @abstractmethod
+    def snapshot(self) -> Future:
+        """The committed state at the next step boundary (the final state once the run ended)."""
+
+    @abstractmethod
+    def state(self) -> dict[str, Any]:
+        """Status, step, last loss, paused stages, and every stage's peers with queue lengths."""
+
+    def dashboard(self, timeout: float = 60) -> str | None:
+        """The Dask dashboard's address; None where no cluster runs the peers."""
+        return None
+
+    # -- life cycle ----------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        """Whether the run has ended (finished, stopped or failed)."""
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        """Block until the run ends (or `timeout` seconds pass); return the summary so far."""
+        self._done.wait(timeout)
+        return dict(self._summary)
+
+    def summary(self) -> dict[str, Any]:
+        """The end-of-run summary (empty while running)."""
+        return dict(self._summary)
+
+    def wait_for(self, step: int | None = None, event: EventMatch | None = None, timeout: float = 120) -> Event:
+        """Block until step `step` is committed or an event matching `event` is emitted (a type
+        like "step", a dict of fields like {"type": "run", "state": "paused"}, or a predicate);
+        returns that event. Events emitted before the call count. Raises TimeoutError after
+        `timeout` seconds and RuntimeError if the run ends first, each with the run's state."""
+        if (step is None) == (event is None):
+            raise ValueError("wait_for needs exactly one of step=N or event=...")
+        if step is not None:
+            wanted = step
+
+            def match(e: Event) -> bool:
+                return e["type"] == "step" and e["step"] >= wanted
+        else:
+            def match(e: Event) -> bool:
+                return matches(e, event)
+        live = self.events.subscribe()
+        try:
+            for e in self.events.history():
+                if match(e):
+                    return e
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    e = live.get(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    if self.done and live.empty():
+                        raise RuntimeError(f"the run ended ({self._summary.get('status')}) before "
+                                           f"{_wanted(step, event)}: {self._summary}") from None
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(f"no {_wanted(step, event)} within {timeout} s; "
+                                           f"state: {self.state()}") from None
+                    continue
+                if match(e):
+                    return e
+        finally:
+            self.events.unsubscribe(live)
+
+    # -- the steering verbs ------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the run to stop after the microbatches in flight; returns at once."""
+        self._verb("stop")
+
+    def kill_peer(self, peer: str) -> None:
+        """Crash a peer: its queue and accumulated gradients are lost and recomputed elsewhere."""
+        self._verb("kill_peer", peer)
+
+    def add_peer(self, stage: int | None = None) -> str:
+        """Start a peer on `stage` (None: the stage the rebalancing rule picks); returns its name."""
+        return self._verb("add_peer", stage)
+
+    def move_peer(self, peer: str, stage: int) -> str:
+        """Move a peer to `stage` (it downloads that stage's state); returns its new name."""
+        return self._verb("move_peer", peer, stage)
+
+    def rebalance(self) -> str | None:
+        """Run one round of Algorithm 2 now; returns the moved peer's new name, or None."""
+        return self._verb("rebalance")
+
+    def set_layer_split(self, split: list[int] | tuple[int, ...]) -> None:
+        """Move blocks between stages at the next step boundary, with their optimizer state."""
+        self._verb("set_layer_split", tuple(split))
+
+    def set_peer_delay(self, peer: str, seconds: float) -> None:
+        """Slow a peer down by `seconds` per request (to watch the router shift traffic away)."""
+        if not (isinstance(seconds, (int, float)) and 0 <= seconds < 60):
+            raise ValueError(f"seconds={seconds!r} is not allowed: a number in [0, 60)")
+        self._verb("set_peer_delay", peer, seconds)
+
+    def peer_state(self, peer: str) -> dict[str, Any]:
+        """A copy of one peer's parameters and optimizer state (to compare replicas of a stage)."""
+        return self._verb("peer_state", peer)
+
+    def set_compression(self, codec: str) -> None:
+        """Switch the wire codec of activations and their gradients (fp32, fp16, bf16, int8) now."""
+        if codec not in WIRE_CODECS:
+            raise ValueError(f"codec={codec!r} is not allowed: one of {sorted(WIRE_CODECS)}")
+        self._verb("set_compression", codec)
+
+    def set_sync(self, sync: SyncConfig) -> None:
+        """Switch each stage between SWARM all-reduce and DiLoCo at the next outer-step boundary."""
+        self.config.replace(sync=sync)  # the config's own rules: a SyncConfig, DiLoCo without delayed updates
+        self._verb("set_sync", sync)
+
+    def checkpoint(self, path: str | Path) -> Future:
+        """Save the whole run at the next step boundary; the future resolves to the path."""
+        return then(self.snapshot(), lambda snap: snap.save(path))
+
+
+def _wanted(step: int | None, event: EventMatch | None) -> str:
+    return f"step {step}" if step is not None else f"event matching {event!r}"

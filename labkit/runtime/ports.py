@@ -1,0 +1,130 @@
+"""The seams of the runtime, named: what each part needs of the others, whatever the backend.
+
+- `PeerHandle`: one peer as seen by its callers — the transport endpoint. `call` sends a request
+  and returns a future; the in-process `StagePeer` queues it for its own thread, the Dask
+  `RemotePeer` sends it to an actor on another worker, and the unit tests' fake answers at once.
+- `PeerFactory`: where a backend starts peers (and trainers), and how it watches them.
+- `Directory`: announce / discover peers (the coordinator's registry in-process; the hivemind
+  DHT on Dask). Trainers route over what a directory discovers.
+- `WorkSource`: what a trainer needs from whatever feeds it work (the coordinator in-process, a
+  client of the coordinator actor on Dask).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Protocol
+
+from labkit.events import Event
+from labkit.swarm.ledger import Task
+
+if TYPE_CHECKING:
+    from labkit.runtime.coordinator import Coordinator
+
+
+class RunEnded(RuntimeError):
+    """A verb that needs the run's live peers was called after the run ended."""
+
+
+class PeerHandle(Protocol):
+    """One replica of one stage, wherever it runs."""
+
+    name: str
+    stage: int
+    delay: float  # extra seconds per data request (a slowed-down peer)
+
+    @property
+    def worker(self) -> str:
+        """Where the peer runs ("local", or a Dask worker's address)."""
+
+    @property
+    def queue_length(self) -> int:
+        """Requests waiting (what Algorithm 2 balances)."""
+
+    @property
+    def samples(self) -> int:
+        """Samples whose gradient the peer holds, not yet synced."""
+
+    def call(self, method: str, *args: Any) -> Future:
+        """Queue request `method(*args)` on the peer; the future resolves to its result."""
+
+    def set_delay(self, seconds: float) -> None:
+        """Slow every later data request down by `seconds`."""
+
+    def kill(self) -> None:
+        """Crash: drop everything at once (never blocks)."""
+
+    def close(self) -> None:
+        """Stop after the requests already queued (a clean shutdown)."""
+
+
+class TrainerHandle(Protocol):
+    """A trainer loop running somewhere: started once, joined at the end."""
+
+    name: str
+
+    def start(self) -> None: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+
+class Directory(Protocol):
+    """Who serves which stage, as trainers discover it."""
+
+    def registry(self) -> dict[str, tuple[int, int]]:
+        """Live peers: name -> (stage, instance); a new instance of a name is a re-announcement."""
+
+    def peer(self, name: str) -> PeerHandle | None:
+        """A handle on the peer `name`, or None if it is not (or no longer) announced."""
+
+
+class WorkSource(Protocol):
+    """What a trainer takes its microbatches from and reports to."""
+
+    def next_task(self) -> tuple[Task, str] | None:
+        """The next microbatch attempt and the wire codec in force; None once the run is over."""
+
+    def finish(self, task: Task, credits: dict[int, str], loss: float | None) -> None:
+        """Record which peer accumulated each stage of `task` (and its loss, if the last did)."""
+
+    def stage_empty(self, stage: int) -> None:
+        """No live peer serves `stage`: pause until one is added."""
+
+    def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
+        """A request to `name` timed out (evict it if it may hold an uncredited gradient)."""
+
+    def peer_failed(self, name: str, exc: BaseException) -> None:
+        """`name` raised on a request: evict it."""
+
+    def fail(self, exc: BaseException) -> None:
+        """End the run on a bug."""
+
+    def emit(self, event: Event) -> None:
+        """Record an event (a hop)."""
+
+    def clock(self) -> float:
+        """Seconds since the run started (the timestamp of events)."""
+
+
+class PeerFactory(Protocol):
+    """How a backend starts and watches the peers and trainers of one coordinator."""
+
+    clock: Callable[[], float]  # seconds since the run started, on a clock every process shares
+
+    def start_peer(self, name: str, stage: int, state: dict[str, Any] | None, *, source: PeerHandle | None,
+                   delay: float, running: bool) -> PeerHandle:
+        """A running peer of `stage` holding `state`, or downloading it from the live `source`.
+        `running`: the run has started, so the peer must be ready before this returns."""
+
+    def start_trainers(self, count: int) -> list[TrainerHandle]:
+        """`count` trainers (not yet started) taking work from the coordinator."""
+
+    def bind(self, coordinator: Coordinator) -> None:
+        """The coordinator this factory starts peers for (called once, before the first peer)."""
+
+    def started(self) -> None:
+        """The first peers were asked for: wait until they serve, and start watching them."""
+
+    def close(self) -> None:
+        """The run is over: release what the backend holds (DHT nodes, ...)."""
