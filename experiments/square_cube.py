@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 from labkit.config import MODEL_SIZES
-from labkit.sim import PeerGroup, Scenario, simulate
+from labkit.sim import PeerGroup, SimScenario, simulate
 from labkit.sim.hardware import model_shape, stage_costs
 
 MODELS = [m for m in MODEL_SIZES] + ["xxlarge", "gpt3"]
@@ -22,10 +22,10 @@ MODELS = [m for m in MODEL_SIZES] + ["xxlarge", "gpt3"]
 def communication_share(model: str, bandwidth_mbps: float = 500.0, rtt_ms: float = 10.0) -> tuple[float, float]:
     """(% of wall time not computing, block FLOPs per microbatch) for `model`."""
     d, layers = model_shape(model)
-    s = Scenario(name=f"square-cube {model}", model=model, stages=layers,
-                 peers=tuple(PeerGroup(device="T4", count=1, stage=k) for k in range(layers)), trainers=1, window=1,
-                 microbatch=1, seq_len=1024, rtt_ms=rtt_ms, bandwidth_mbps=bandwidth_mbps, service_cv=0.0,
-                 duration=300.0, bin_seconds=300.0)
+    s = SimScenario(name=f"square-cube {model}", model=model, stages=layers,
+                    peers=tuple(PeerGroup(device="T4", count=1, stage=k) for k in range(layers)), trainers=1, window=1,
+                    microbatch=1, seq_len=1024, rtt_ms=rtt_ms, bandwidth_mbps=bandwidth_mbps, service_cv=0.0,
+                    duration=300.0, bin_seconds=300.0)
     r = simulate(s, "events")
     c = stage_costs(model=model, stages=layers, microbatch=1, seq_len=1024, checkpointing=False)
     return 100.0 * (1.0 - float(r.stage_busy.sum()) / s.duration), c.fwd_flops[0] + c.bwd_flops[0]

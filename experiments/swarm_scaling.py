@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.sim import PeerGroup, Scenario, simulate
+from labkit.sim import PeerGroup, SimScenario, simulate
 from labkit.sim.hardware import stage_costs
 from labkit.sim.presets import TABLE5_CHURN, even_peers
 
@@ -27,9 +27,9 @@ STAGES = (4, 8, 16, 32)
 
 def figure6(peers: int) -> float:
     """Samples per second of `peers` T4s on 4 stages."""
-    s = Scenario(name=f"fig6 {peers}", model="large", stages=4, peers=even_peers("T4", peers // 4, 4), trainers=peers,
-                 window=8, rtt_ms=50.0, bandwidth_mbps=500.0, compression=2.0, global_batch=65536, duration=1800.0,
-                 bin_seconds=300.0)
+    s = SimScenario(name=f"fig6 {peers}", model="large", stages=4, peers=even_peers("T4", peers // 4, 4),
+                    trainers=peers, window=8, rtt_ms=50.0, bandwidth_mbps=500.0, compression=2.0, global_batch=65536,
+                    duration=1800.0, bin_seconds=300.0)
     r = simulate(s, "events")
     return float(r.work.sum()) * s.microbatch / s.duration
 
@@ -41,10 +41,10 @@ def figure7(stages: int, period: float | None, seeds: int) -> tuple[float, float
     churn = dataclasses.replace(TABLE5_CHURN, join_per_hour=TABLE5_CHURN.join_per_hour * stages / 4)
     work = optimal = 0.0
     for seed in range(seeds):
-        s = Scenario(name=f"fig7 S={stages}", model="large", stages=stages,
-                     peers=tuple(PeerGroup(device="T4", count=c, stage=k) for k, c in enumerate(counts)),
-                     trainers=25 * stages, window=32, churn=churn, duration=churn.hours * 3600.0,
-                     rebalance_period=period, bin_seconds=600.0, seed=seed)
+        s = SimScenario(name=f"fig7 S={stages}", model="large", stages=stages,
+                        peers=tuple(PeerGroup(device="T4", count=c, stage=k) for k, c in enumerate(counts)),
+                        trainers=25 * stages, window=32, churn=churn, duration=churn.hours * 3600.0,
+                        rebalance_period=period, bin_seconds=600.0, seed=seed)
         r = simulate(s, "fluid")
         work, optimal = work + r.work, optimal + r.optimal
     return 100.0 * float(np.sum(work) / np.sum(optimal)), float(np.sum(work)) * 4 / seeds / (32 * 3600.0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from labkit.sim import PeerGroup, Scenario, simulate
+from labkit.sim import PeerGroup, SimScenario, simulate
 from labkit.sim.hardware import DEVICES, stage_costs
 
 RTTS = (0.0, 10.0, 50.0, 100.0, 200.0)
@@ -37,10 +37,10 @@ def calibrate() -> tuple[float, float]:
 
 def utilization(model: str, rtt_ms: float, efficiency: float, overhead_ms: float) -> float:
     """% of wall time the pipeline's GPUs compute, one batch in flight."""
-    s = Scenario(name=f"table1 {model} rtt={rtt_ms}", model=model, stages=12,
-                 peers=tuple(PeerGroup(device="V100", count=1, stage=k) for k in range(12)), trainers=1, window=1,
-                 microbatch=1, seq_len=512, checkpointing=True, efficiency=efficiency, overhead_ms=overhead_ms,
-                 rtt_ms=rtt_ms, bandwidth_mbps=500.0, service_cv=0.0, duration=600.0, bin_seconds=600.0)
+    s = SimScenario(name=f"table1 {model} rtt={rtt_ms}", model=model, stages=12,
+                    peers=tuple(PeerGroup(device="V100", count=1, stage=k) for k in range(12)), trainers=1, window=1,
+                    microbatch=1, seq_len=512, checkpointing=True, efficiency=efficiency, overhead_ms=overhead_ms,
+                    rtt_ms=rtt_ms, bandwidth_mbps=500.0, service_cv=0.0, duration=600.0, bin_seconds=600.0)
     r = simulate(s, "events")
     return 100.0 * float(r.stage_busy.sum()) / s.duration
 

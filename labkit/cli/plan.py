@@ -18,9 +18,9 @@ from pathlib import Path
 from labkit.config import ConfigError
 from labkit.plan.cluster import plan_cluster
 from labkit.plan.dtfm import plan_dtfm
+from labkit.plan.network import NetworkScenario
 from labkit.plan.plan import Plan
-from labkit.plan.presets import PRESETS, preset
-from labkit.plan.scenario import Scenario
+from labkit.plan.presets import NETWORK_PRESETS, preset
 from labkit.plan.workload import Workload
 
 METHODS = ("dtfm", "kl", "cluster", "random")
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the `plan` sub-command."""
     p = sub.add_parser("plan", help="plan stages, pipeline order and matching over a heterogeneous network")
     p.add_argument("scenario", nargs="?", help="scenario JSON file (or use --preset)")
-    p.add_argument("--preset", choices=sorted(PRESETS), help="a named scenario instead of a file")
+    p.add_argument("--preset", choices=sorted(NETWORK_PRESETS), help="a named scenario instead of a file")
     p.add_argument("--n", type=int, help="devices for a preset (default: the preset's)")
     p.add_argument("--method", choices=METHODS, default="dtfm", help="planner (default dtfm)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def _scenario(args: argparse.Namespace) -> Scenario:
+def _scenario(args: argparse.Namespace) -> NetworkScenario:
     if (args.scenario is None) == (args.preset is None):
         raise ConfigError("plan", "scenario", args.scenario, "exactly one of SCENARIO.json or --preset NAME")
     if args.preset:
@@ -51,10 +51,10 @@ def _scenario(args: argparse.Namespace) -> Scenario:
         raise ConfigError("plan", "n", args.n, "only with --preset")
     if not Path(args.scenario).is_file():
         raise ConfigError("plan", "scenario", args.scenario, "an existing JSON file")
-    return Scenario.load(args.scenario)
+    return NetworkScenario.load(args.scenario)
 
 
-def _plan(args: argparse.Namespace, scenario: Scenario) -> Plan:
+def _plan(args: argparse.Namespace, scenario: NetworkScenario) -> Plan:
     if args.generations < 1:
         raise ConfigError("plan", "generations", args.generations, "an integer >= 1")
     if args.seed < 0:
@@ -76,7 +76,7 @@ def _plan(args: argparse.Namespace, scenario: Scenario) -> Plan:
                          generations=args.generations, progress=progress)
 
 
-def picture(scenario: Scenario, plan: Plan):  # -> altair.Chart
+def picture(scenario: NetworkScenario, plan: Plan):  # -> altair.Chart
     """Delay and bandwidth heatmaps (devices ordered by stage) beside the pipeline: one column per
     stage in pipeline order, a line per link (sender -> receiver)."""
     import altair as alt

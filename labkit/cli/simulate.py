@@ -15,18 +15,18 @@ from pathlib import Path
 from tqdm import tqdm
 
 from labkit.config import ConfigError
-from labkit.sim import MODES, Scenario
+from labkit.sim import MODES, SimScenario
 from labkit.sim.events_sim import run_events
 from labkit.sim.fluid import run_fluid
-from labkit.sim.presets import PRESETS
+from labkit.sim.presets import SIM_PRESETS
 from labkit.sim.summary import summarize, throughput_series
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `simulate` sub-command."""
     parser = sub.add_parser("simulate", help="simulate SWARM at internet scale in virtual time")
-    parser.add_argument("scenario", nargs="?", type=Path, help="scenario JSON file (fields of labkit.sim.Scenario)")
-    parser.add_argument("--preset", choices=sorted(PRESETS), help="a named scenario instead of a file")
+    parser.add_argument("scenario", nargs="?", type=Path, help="scenario JSON file (fields of labkit.sim.SimScenario)")
+    parser.add_argument("--preset", choices=sorted(SIM_PRESETS), help="a named scenario instead of a file")
     parser.add_argument("--mode", choices=MODES, default="events", help="microbatch events or the fluid model")
     parser.add_argument("--out", type=Path, default=Path("runs/simulate"), help="folder for the outputs")
     parser.add_argument("--duration", type=float, help="override the scenario's simulated seconds")
@@ -38,11 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_run, parser=parser)
 
 
-def _from_plan(args: argparse.Namespace) -> Scenario:
+def _from_plan(args: argparse.Namespace) -> SimScenario:
     """The scenario that runs a planner's plan on the network it was planned for."""
     from labkit.plan.plan import Plan
-    from labkit.plan.presets import PRESETS as NETWORKS
-    from labkit.plan.scenario import Scenario as Network
+    from labkit.plan.network import NetworkScenario
+    from labkit.plan.presets import NETWORK_PRESETS
     from labkit.sim.from_plan import scenario_from_plan
 
     if args.network is None:
@@ -51,22 +51,23 @@ def _from_plan(args: argparse.Namespace) -> Scenario:
         plan = Plan.from_json(args.plan.read_text())
     except OSError as err:
         args.parser.error(f"cannot read {args.plan}: {err.strerror}")
-    if args.network in NETWORKS:
-        network = NETWORKS[args.network](n=sum(len(s.devices) for s in plan.stages))
+    if args.network in NETWORK_PRESETS:
+        network = NETWORK_PRESETS[args.network](n=sum(len(s.devices) for s in plan.stages))
     elif Path(args.network).is_file():
-        network = Network.load(args.network)
+        network = NetworkScenario.load(args.network)
     else:
-        args.parser.error(f"--network {args.network!r} is neither a planner preset ({', '.join(sorted(NETWORKS))}) nor a file")
+        known = ", ".join(sorted(NETWORK_PRESETS))
+        args.parser.error(f"--network {args.network!r} is neither a planner preset ({known}) nor a file")
     return scenario_from_plan(plan, network, model=args.model)
 
 
-def _load(args: argparse.Namespace) -> Scenario:
+def _load(args: argparse.Namespace) -> SimScenario:
     if sum(x is not None for x in (args.scenario, args.preset, args.plan)) != 1:
         args.parser.error("give exactly one of SCENARIO, --preset or --plan")
     if args.plan:
         scenario = _from_plan(args)
     elif args.preset:
-        scenario = PRESETS[args.preset]()
+        scenario = SIM_PRESETS[args.preset]()
     else:
         try:
             data = json.loads(args.scenario.read_text())
@@ -76,7 +77,7 @@ def _load(args: argparse.Namespace) -> Scenario:
             args.parser.error(f"{args.scenario} is not JSON: {err.msg} at line {err.lineno}")
         if not isinstance(data, dict):
             args.parser.error(f"{args.scenario} must hold one JSON object")
-        scenario = Scenario.from_dict(data)
+        scenario = SimScenario.from_dict(data)
     changes = {k: v for k, v in (("duration", args.duration), ("seed", args.seed)) if v is not None}
     return dataclasses.replace(scenario, **changes) if changes else scenario
 

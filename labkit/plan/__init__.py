@@ -1,6 +1,6 @@
 """Heterogeneous planners: which devices serve which stage, in what order, with how many layers.
 
-Modules: `scenario` (devices + delay/bandwidth matrices, JSON), `presets` (the papers' network
+Modules: `network` (devices + delay/bandwidth matrices, JSON), `presets` (the papers' network
 cases), `workload` (bytes and FLOPs of a model and batch), `dtfm` (DT-FM's cost model and hybrid
 genetic search, with `local_search`), `cluster` (seed 002's clustering planner), `plan` (the Plan
 both return). Pure logic: numpy, numba kernels from `labkit.kernels`, no torch, threads or sockets.

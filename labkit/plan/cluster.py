@@ -26,8 +26,8 @@ import math
 import numpy as np
 
 from labkit.config import ConfigError
-from labkit.plan.plan import Plan, Stage
-from labkit.plan.scenario import Scenario
+from labkit.plan.network import NetworkScenario
+from labkit.plan.plan import Plan, PlanStage
 from labkit.plan.workload import Workload
 
 
@@ -36,7 +36,7 @@ def llama_33b(bytes_per_value: int = 2) -> Workload:
     return Workload(d_model=6656, n_layer=60, seq_len=2048, batch=512, microbatch=4, bytes_per_value=bytes_per_value)
 
 
-def hop_seconds(scenario: Scenario, t: float) -> np.ndarray:
+def hop_seconds(scenario: NetworkScenario, t: float) -> np.ndarray:
     """(N, N) one-way cost α_ij + t/β_ij of moving t bytes from i to j (0 on the diagonal)."""
     with np.errstate(divide="ignore"):
         cost = scenario.delay + t / scenario.bandwidth
@@ -101,7 +101,7 @@ def pipeline_time(hop: np.ndarray, ordered: list[list[int]], d: int, dt: list[fl
     return d * terms[k], k
 
 
-def cluster_levels(scenario: Scenario, workload: Workload, max_stages: int, seed: int = 0) -> list[dict]:
+def cluster_levels(scenario: NetworkScenario, workload: Workload, max_stages: int, seed: int = 0) -> list[dict]:
     """Every level of the divisive hierarchy up to `max_stages` clusters: ordered groups (device
     indices) and the Eq. 2/3 pipeline time the planner compares."""
     reliable = [i for i, dev in enumerate(scenario.devices) if dev.reliable]
@@ -135,7 +135,7 @@ def choose_level(levels: list[dict]) -> int:
     return len(levels) - 1
 
 
-def _server_roles(scenario: Scenario, hop: np.ndarray, ordered: list[list[int]]) -> list[list[str]]:
+def _server_roles(scenario: NetworkScenario, hop: np.ndarray, ordered: list[list[int]]) -> list[list[str]]:
     """FS if the previous stage is closer on average than the next one, else BS; each side >= 1."""
     roles = []
     for k, group in enumerate(ordered):
@@ -176,7 +176,7 @@ def even_links(senders: tuple[str, ...], receivers: tuple[str, ...]) -> tuple[tu
     return tuple(out)
 
 
-def plan_cluster(scenario: Scenario, workload: Workload | None = None, *, max_stages: int = 16,
+def plan_cluster(scenario: NetworkScenario, workload: Workload | None = None, *, max_stages: int = 16,
                  stages: int | None = None, seed: int = 0) -> Plan:
     """Plan with seed 002's clustering planner; meta holds every level tried and its time.
 
@@ -214,8 +214,9 @@ def plan_cluster(scenario: Scenario, workload: Workload | None = None, *, max_st
         dt.append(compute + max(comm, default=0.0))
     pt, worst = pipeline_time(hop, ordered, d, dt)
     names = scenario.names()
-    stages = tuple(Stage(devices=tuple(names[x] for x in g + c), layers=layers[k],
-                         roles=tuple(roles[k]) + ("client",) * len(c)) for k, (g, c) in enumerate(zip(ordered, clients)))
+    stages = tuple(PlanStage(devices=tuple(names[x] for x in g + c), layers=layers[k],
+                             roles=tuple(roles[k]) + ("client",) * len(c))
+                   for k, (g, c) in enumerate(zip(ordered, clients)))
     links = tuple(even_links(stages[k].with_role("backward") or stages[k].with_role("frontal"),
                              stages[k + 1].with_role("frontal") or stages[k + 1].with_role("backward"))
                   for k in range(len(stages) - 1))

@@ -29,8 +29,8 @@ from labkit.kernels.plan_cost import (
     open_tsp,
 )
 from labkit.plan.local_search import dtfm_local_search, groups_of, kl_local_search, labels_of
-from labkit.plan.plan import Plan, Stage
-from labkit.plan.scenario import Scenario
+from labkit.plan.network import NetworkScenario
+from labkit.plan.plan import Plan, PlanStage
 from labkit.plan.workload import Workload
 
 METHODS = ("dtfm", "kl", "random")
@@ -48,7 +48,7 @@ class CostModel:
     evals: int = field(default=0)
 
     @classmethod
-    def build(cls, scenario: Scenario, stages: int, workload: Workload) -> CostModel:
+    def build(cls, scenario: NetworkScenario, stages: int, workload: Workload) -> CostModel:
         """G's edges average both directions (Section 2: same bytes go each way)."""
         replicas = scenario.check_stages(stages)
         alpha = (scenario.delay + scenario.delay.T) / 2
@@ -130,14 +130,14 @@ def hybrid_ga(cost: CostModel, n: int, rng: np.random.Generator, local: str = "d
     return pop[int(np.argmin(costs))], history
 
 
-def _compute_seconds(scenario: Scenario, stages: list[list[int]], layers: tuple[int, ...],
+def _compute_seconds(scenario: NetworkScenario, stages: list[list[int]], layers: tuple[int, ...],
                      workload: Workload, replicas: int) -> float:
     """Slowest device's forward+backward time on its macro-batch (reported, overlapped in DT-FM)."""
     flops = workload.batch / replicas * workload.seq_len * workload.layer_flops_per_token()
     return max(flops * layers[k] / scenario.devices[d].flops for k, s in enumerate(stages) for d in s)
 
 
-def plan_from_groups(scenario: Scenario, groups: np.ndarray, cost: CostModel, workload: Workload,
+def plan_from_groups(scenario: NetworkScenario, groups: np.ndarray, cost: CostModel, workload: Workload,
                      method: str, meta: dict) -> Plan:
     """Order the groups by the open-loop TSP, match neighbours by bottleneck matching, build a Plan."""
     dp, _ = cost.parts(groups)
@@ -153,21 +153,22 @@ def plan_from_groups(scenario: Scenario, groups: np.ndarray, cost: CostModel, wo
     return _plan_from_sigma(scenario, sigma, workload, method, dp, float(pp), meta)
 
 
-def _plan_from_sigma(scenario: Scenario, sigma: np.ndarray, workload: Workload, method: str,
+def _plan_from_sigma(scenario: NetworkScenario, sigma: np.ndarray, workload: Workload, method: str,
                      dp: float, pp: float, meta: dict) -> Plan:
     """sigma[i, k] = device of replica i at stage k (pipeline order) -> Plan."""
     names = scenario.names()
     m, k = sigma.shape
     layers = even_split(workload.n_layer, k)
     stage_devs = [list(sigma[:, j]) for j in range(k)]
-    stages = tuple(Stage(devices=tuple(names[d] for d in devs), layers=layers[j]) for j, devs in enumerate(stage_devs))
+    stages = tuple(PlanStage(devices=tuple(names[d] for d in devs), layers=layers[j])
+                   for j, devs in enumerate(stage_devs))
     links = tuple(tuple((names[sigma[i, j]], names[sigma[i, j + 1]], 1.0 / m) for i in range(m)) for j in range(k - 1))
     compute = _compute_seconds(scenario, stage_devs, layers, workload, m)
     return Plan(method=method, scenario=scenario.name, stages=stages, links=links, time=dp + pp,
                 parts={"dp": dp, "pp": pp, "compute": compute}, meta=meta)
 
 
-def plan_dtfm(scenario: Scenario, stages: int = 8, workload: Workload | None = None, *,
+def plan_dtfm(scenario: NetworkScenario, stages: int = 8, workload: Workload | None = None, *,
               method: str = "dtfm", seed: int = 0, population: int = 10, generations: int = 60,
               progress: Callable[[int, float], None] | None = None) -> Plan:
     """Plan a scenario with DT-FM: method "dtfm" (GA + the paper's local search), "kl" (GA +

@@ -5,8 +5,8 @@ of (sender, receiver, share) with shares summing to 1 over the link. DT-FM's lin
 bottleneck matching (one macro-batch per pair, share 1/D_DP); the clustering planner's links are
 seed 002's even split from backward servers to the next stage's frontal servers.
 
->>> p = Plan(method="demo", scenario="toy", stages=(Stage(devices=("a",), layers=2),
-...     Stage(devices=("b",), layers=2)), links=((("a", "b", 1.0),),), time=1.0,
+>>> p = Plan(method="demo", scenario="toy", stages=(PlanStage(devices=("a",), layers=2),
+...     PlanStage(devices=("b",), layers=2)), links=((("a", "b", 1.0),),), time=1.0,
 ...     parts={"dp": 0.0, "pp": 1.0, "compute": 0.5})
 >>> Plan.from_json(p.to_json()) == p
 True
@@ -26,7 +26,7 @@ PARTS = ("dp", "pp", "compute")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Stage:
+class PlanStage:
     """One pipeline stage: its devices, each device's role, and how many blocks it runs."""
 
     devices: tuple[str, ...]  # device names serving this stage
@@ -38,11 +38,11 @@ class Stage:
         roles = tuple(self.roles) or ("replica",) * len(self.devices)
         object.__setattr__(self, "roles", roles)
         if not self.devices:
-            raise ConfigError("Stage", "devices", self.devices, "at least one device")
+            raise ConfigError("PlanStage", "devices", self.devices, "at least one device")
         if len(roles) != len(self.devices) or any(r not in ROLES for r in roles):
-            raise ConfigError("Stage", "roles", roles, f"one of {list(ROLES)} per device")
+            raise ConfigError("PlanStage", "roles", roles, f"one of {list(ROLES)} per device")
         if not (isinstance(self.layers, int) and self.layers >= 1):
-            raise ConfigError("Stage", "layers", self.layers, "an integer >= 1")
+            raise ConfigError("PlanStage", "layers", self.layers, "an integer >= 1")
 
     def with_role(self, role: str) -> tuple[str, ...]:
         return tuple(d for d, r in zip(self.devices, self.roles) if r == role)
@@ -59,7 +59,7 @@ class Plan:
 
     method: str  # "dtfm", "kl", "random" or "cluster"
     scenario: str  # scenario name
-    stages: tuple[Stage, ...]
+    stages: tuple[PlanStage, ...]
     links: tuple[tuple[tuple[str, str, float], ...], ...]  # len(stages) - 1 entries
     time: float
     parts: dict[str, float]
@@ -117,7 +117,7 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
-        stages = tuple(Stage(devices=tuple(s["devices"]), layers=s["layers"], roles=tuple(s["roles"]))
+        stages = tuple(PlanStage(devices=tuple(s["devices"]), layers=s["layers"], roles=tuple(s["roles"]))
                        for s in data["stages"])
         links = tuple(tuple(tuple(t) for t in link) for link in data["links"])
         return cls(method=data["method"], scenario=data["scenario"], stages=stages, links=links,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from labkit.config import ConfigError
-from labkit.plan.scenario import Device, Scenario
+from labkit.plan.network import Device, NetworkScenario
 
 GBIT = 1e9 / 8  # bytes/s in one Gbit/s
 MBIT = 1e6 / 8
@@ -46,7 +46,7 @@ def _need(preset_name: str, n: int, multiple: int, minimum: int, why: str) -> No
 
 
 def _build(name: str, devices: list[Device], link: Callable[[int, int], tuple[float, float]],
-           seed: int, jitter: float, notes: str) -> Scenario:
+           seed: int, jitter: float, notes: str) -> NetworkScenario:
     """Fill delay/bandwidth from `link(i, j) -> (seconds, bytes/s)`, then scale each entry by
     an independent factor in [1-jitter, 1+jitter] so that no two links are exactly equal."""
     n = len(devices)
@@ -59,12 +59,12 @@ def _build(name: str, devices: list[Device], link: Callable[[int, int], tuple[fl
     off = ~np.eye(n, dtype=bool)
     delay[off] *= 1 + jitter * rng.uniform(-1, 1, off.sum())
     bw[off] *= 1 + jitter * rng.uniform(-1, 1, off.sum())
-    return Scenario(name=name, devices=tuple(devices), delay=delay, bandwidth=bw, notes=notes,
-                    extra={"preset": name, "n": n, "seed": seed, "jitter": jitter})
+    return NetworkScenario(name=name, devices=tuple(devices), delay=delay, bandwidth=bw, notes=notes,
+                           extra={"preset": name, "n": n, "seed": seed, "jitter": jitter})
 
 
 def _regions(name: str, regions: tuple[str, ...], table: dict, n: int, seed: int, jitter: float,
-             inside: tuple[float, float], gbps_at: Callable[[float], float], notes: str) -> Scenario:
+             inside: tuple[float, float], gbps_at: Callable[[float], float], notes: str) -> NetworkScenario:
     per = n // len(regions)
     devs = [Device(name=f"{r[:3].lower()}{k}", region=r) for r in regions for k in range(per)]
 
@@ -78,7 +78,7 @@ def _regions(name: str, regions: tuple[str, ...], table: dict, n: int, seed: int
     return _build(name, devs, link, seed, jitter, notes)
 
 
-def dtfm_ondemand(n: int = 64, seed: int = 0, jitter: float = 0.05) -> Scenario:
+def dtfm_ondemand(n: int = 64, seed: int = 0, jitter: float = 0.05) -> NetworkScenario:
     """Case 1: p3.16xlarge machines of 8 V100; 100 Gbps inside a machine, 25 Gbps between."""
     _need("dtfm_ondemand", n, 8, 8, "8 GPUs per machine")
     devs = [Device(name=f"m{i // 8}g{i % 8}", region=f"M{i // 8}") for i in range(n)]
@@ -87,7 +87,7 @@ def dtfm_ondemand(n: int = 64, seed: int = 0, jitter: float = 0.05) -> Scenario:
                   "DT-FM case 1; latency not controlled in the paper: 10 us in, 50 us between machines (assumed)")
 
 
-def dtfm_spot(n: int = 64, seed: int = 0, jitter: float = 0.05) -> Scenario:
+def dtfm_spot(n: int = 64, seed: int = 0, jitter: float = 0.05) -> NetworkScenario:
     """Case 2: half the GPUs on 4-GPU machines (100 Gbps inside), half on 1-GPU machines; 10 Gbps between."""
     _need("dtfm_spot", n, 8, 8, "half on 4-GPU machines, half on 1-GPU machines")
     half = n // 2
@@ -99,7 +99,7 @@ def dtfm_spot(n: int = 64, seed: int = 0, jitter: float = 0.05) -> Scenario:
                   "we use N/2 on 4-GPU and N/2 on 1-GPU machines; latency assumed as case 1")
 
 
-def dtfm_multidc(n: int = 64, seed: int = 0, jitter: float = 0.05) -> Scenario:
+def dtfm_multidc(n: int = 64, seed: int = 0, jitter: float = 0.05) -> NetworkScenario:
     """Case 3: two organizations (Ohio, Virginia), 10 Gbps inside; 10 ms and 1.12 Gbps across."""
     _need("dtfm_multidc", n, 2, 2, "half in Ohio, half in Virginia")
     devs = [Device(name=f"{r[:3].lower()}{k}", region=r) for r in ("Ohio", "Virginia") for k in range(n // 2)]
@@ -108,7 +108,7 @@ def dtfm_multidc(n: int = 64, seed: int = 0, jitter: float = 0.05) -> Scenario:
                   "DT-FM case 3; delay inside an organization not given: 0.1 ms (assumed)")
 
 
-def dtfm_regional(n: int = 64, seed: int = 0, jitter: float = 0.05) -> Scenario:
+def dtfm_regional(n: int = 64, seed: int = 0, jitter: float = 0.05) -> NetworkScenario:
     """Case 4: four US regions; 5 ms and 2 Gbps inside; 10-70 ms and 1.0-1.3 Gbps across."""
     _need("dtfm_regional", n, 4, 4, "one quarter per region")
     return _regions("dtfm_regional", REGIONAL, REGIONAL_MS, n, seed, jitter, (5e-3, 2 * GBIT),
@@ -116,7 +116,7 @@ def dtfm_regional(n: int = 64, seed: int = 0, jitter: float = 0.05) -> Scenario:
                     "DT-FM case 4; per-pair delays assumed inside 10-70 ms, bandwidth falls linearly with delay")
 
 
-def dtfm_world(n: int = 64, seed: int = 0, jitter: float = 0.05) -> Scenario:
+def dtfm_world(n: int = 64, seed: int = 0, jitter: float = 0.05) -> NetworkScenario:
     """Case 5: eight regions on three continents; 5 ms / 2 Gbps inside; 10-250 ms / 0.3-1.3 Gbps across."""
     _need("dtfm_world", n, 8, 8, "one eighth per region")
     return _regions("dtfm_world", WORLD, WORLD_MS, n, seed, jitter, (5e-3, 2 * GBIT),
@@ -129,7 +129,7 @@ def _hpcs(count: int, per: int) -> list[Device]:
     return [Device(name=f"hpc{h}g{g}", region=f"HPC{h}") for h in range(count) for g in range(per)]
 
 
-def ps_case(case: int, n: int = 16, seed: int = 0, jitter: float = 0.05) -> Scenario:
+def ps_case(case: int, n: int = 16, seed: int = 0, jitter: float = 0.05) -> NetworkScenario:
     """Seed 002 cases 1-4: 1 data center (2 GB/s between nodes), 2 heterogeneous network
     (1-3 GB/s, 10-100 ms between HPCs), 3 plus standalone RTX 2080s (50-300 Mb/s, 100-150 ms),
     4 = case 3 with the 2080s unreliable."""
@@ -161,7 +161,7 @@ def ps_case(case: int, n: int = 16, seed: int = 0, jitter: float = 0.05) -> Scen
                   "random ranges as the paper states, drawn once per seed")
 
 
-def ps_realworld(n: int = 12, seed: int = 0, jitter: float = 0.05) -> Scenario:
+def ps_realworld(n: int = 12, seed: int = 0, jitter: float = 0.05) -> NetworkScenario:
     """Seed 002 §4.4: cloud HPC (3x RTX 4090), campus HPC (3x RTX 4090), six RTX 3080 on a local ISP
     (two reliable, four unreliable). The run used double precision, so speeds are FP64 peaks and
     `extra["bytes_per_value"]` is 8. The paper's matrices are a figure; the numbers are assumed."""
@@ -188,7 +188,7 @@ def ps_realworld(n: int = 12, seed: int = 0, jitter: float = 0.05) -> Scenario:
 
 
 DTFM_CASES = ("dtfm_ondemand", "dtfm_spot", "dtfm_multidc", "dtfm_regional", "dtfm_world")
-PRESETS: dict[str, Callable[..., Scenario]] = {
+NETWORK_PRESETS: dict[str, Callable[..., NetworkScenario]] = {
     "dtfm_ondemand": dtfm_ondemand, "dtfm_spot": dtfm_spot, "dtfm_multidc": dtfm_multidc,
     "dtfm_regional": dtfm_regional, "dtfm_world": dtfm_world,
     "ps_case1": lambda **kw: ps_case(1, **kw), "ps_case2": lambda **kw: ps_case(2, **kw),
@@ -197,8 +197,8 @@ PRESETS: dict[str, Callable[..., Scenario]] = {
 }
 
 
-def preset(name: str, **kwargs: float) -> Scenario:
+def preset(name: str, **kwargs: float) -> NetworkScenario:
     """Build a named scenario; `n`, `seed`, `jitter` are passed to its generator."""
-    if name not in PRESETS:
-        raise ConfigError("preset", "name", name, f"one of {sorted(PRESETS)}")
-    return PRESETS[name](**kwargs)
+    if name not in NETWORK_PRESETS:
+        raise ConfigError("preset", "name", name, f"one of {sorted(NETWORK_PRESETS)}")
+    return NETWORK_PRESETS[name](**kwargs)

@@ -20,14 +20,14 @@ from labkit.kernels.fluid import balanced_stages, pick_leaver, pipeline_rate
 from labkit.kernels.iwrr import iwrr_entry
 from labkit.kernels.rebalance import rebalance_join, rebalance_move
 from labkit.sim.result import SimResult
-from labkit.sim.scenario import Scenario
+from labkit.sim.scenario import SimScenario
 from labkit.sim.world import World, build_world
 
 
 class _Swarm:
     """Mutable arrays of one event simulation plus the bookkeeping of membership changes."""
 
-    def __init__(self, s: Scenario, w: World, max_hops: int) -> None:
+    def __init__(self, s: SimScenario, w: World, max_hops: int) -> None:
         self.s, self.w, S, P, W = s, w, s.stages, len(w.names), s.trainers * s.window
         self.stage, self.ready_at = w.stage0.copy(), np.full(P, np.inf)
         self.ready_at[self.stage >= 0] = 0.0
@@ -87,7 +87,7 @@ class _Swarm:
                   self.out, self.hops)
 
 
-def run_events(s: Scenario, world: World | None = None, *, max_hops: int = 200_000,
+def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 200_000,
                progress: Callable[[float], None] | None = None) -> SimResult:
     """Simulate `s` microbatch by microbatch; hop, peer, step and run events (hops capped).
 
@@ -160,7 +160,7 @@ def _spread(bins: np.ndarray, rate: float, a: float, b: float, width: float) -> 
         a = e
 
 
-def _hop_and_step_events(s: Scenario, w: World, sw: _Swarm) -> list[events.Event]:
+def _hop_and_step_events(s: SimScenario, w: World, sw: _Swarm) -> list[events.Event]:
     hop_t, hop_slot, hop_stage, hop_peer, hop_dir, hop_sec, hop_mb, hop_box = sw.hops
     n = min(int(hop_box[0]), len(hop_t))
     out = [events.hop(float(hop_t[j]), trainer=f"trainer-{hop_slot[j] // s.window}", stage=int(hop_stage[j]),

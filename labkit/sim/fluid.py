@@ -9,13 +9,13 @@ import numpy as np
 from labkit import events
 from labkit.kernels.fluid import JOINED, KILLED, MOVED, READY, fluid_run
 from labkit.sim.result import SimResult
-from labkit.sim.scenario import Scenario
+from labkit.sim.scenario import SimScenario
 from labkit.sim.world import World, build_world
 
 _STATES = {JOINED: "joined", KILLED: "killed", MOVED: "moved", READY: "alive"}
 
 
-def run_fluid(s: Scenario, world: World | None = None, *, with_events: bool = True) -> SimResult:
+def run_fluid(s: SimScenario, world: World | None = None, *, with_events: bool = True) -> SimResult:
     """Simulate `s` with the fluid kernel; peer events (joined/killed/moved/alive) if asked."""
     start = time.perf_counter()
     w = world or build_world(s)

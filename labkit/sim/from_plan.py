@@ -15,15 +15,16 @@ from typing import Any
 import numpy as np
 
 from labkit.config import ConfigError
+from labkit.plan.network import NetworkScenario
 from labkit.plan.plan import Plan, rescale_split
-from labkit.plan.scenario import Scenario as Network
 from labkit.sim.hardware import DEVICES, model_shape
-from labkit.sim.scenario import Link, PeerGroup, Scenario
+from labkit.sim.scenario import Link, PeerGroup, SimScenario
 
 
-def scenario_from_plan(plan: Plan, network: Network, *, model: str = "small", **settings: Any) -> Scenario:
+def scenario_from_plan(plan: Plan, network: NetworkScenario, *, model: str = "small",
+                       **settings: Any) -> SimScenario:
     """A simulator scenario running `plan` on `network`'s devices and links; `settings` are other
-    `Scenario` fields (duration, trainers, rebalance_period, ...).
+    `SimScenario` fields (duration, trainers, rebalance_period, ...).
 
     >>> scenario_from_plan(plan, presets.dtfm_world(), model="small", duration=60)  # doctest: +SKIP
     """
@@ -46,5 +47,5 @@ def scenario_from_plan(plan: Plan, network: Network, *, model: str = "small", **
         bandwidth = float(np.mean(np.minimum(network.bandwidth[pairs], network.bandwidth.T[pairs])))
         links.append(Link(a=a, b=b, rtt_ms=rtt * 1e3, bandwidth_mbps=bandwidth * 8 / 1e6))
     split = rescale_split(plan.layer_split, model_shape(model)[1])
-    return Scenario(name=f"{plan.method}:{plan.scenario}", model=model, stages=len(plan.stages), layer_split=split,
-                    peers=tuple(groups), links=tuple(links), trainer_region=regions[0], **settings)
+    return SimScenario(name=f"{plan.method}:{plan.scenario}", model=model, stages=len(plan.stages), layer_split=split,
+                       peers=tuple(groups), links=tuple(links), trainer_region=regions[0], **settings)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.sim.scenario import Link, PeerGroup, Scenario
+from labkit.sim.scenario import Link, PeerGroup, SimScenario
 from labkit.sim.traces import ChurnModel
 
 # Churn of the Table 5 reproduction, calibrated (10 seeds) so that the no-rebalancing row lands
@@ -17,21 +17,21 @@ def even_peers(device: str, per_stage: int, stages: int, region: str = "default"
     return tuple(PeerGroup(device=device, count=per_stage, stage=s, region=region) for s in range(stages))
 
 
-def table5(period: float | None = None, seed: int = 0, stages: int = 4, per_stage: int = 100) -> Scenario:
+def table5(period: float | None = None, seed: int = 0, stages: int = 4, per_stage: int = 100) -> SimScenario:
     """SWARM Table 5 / App. I: 32 h of preemptible T4s on 4 stages, rebalancing period T."""
-    return Scenario(name=f"table5 T={period}", model="large", stages=stages,
-                    peers=even_peers("T4", per_stage, stages), trainers=100, window=32, churn=TABLE5_CHURN, duration=TABLE5_CHURN.hours * 3600.0,
-                    rebalance_period=period, bin_seconds=60.0, seed=seed)
+    return SimScenario(name=f"table5 T={period}", model="large", stages=stages,
+                       peers=even_peers("T4", per_stage, stages), trainers=100, window=32, churn=TABLE5_CHURN,
+                       duration=TABLE5_CHURN.hours * 3600.0, rebalance_period=period, bin_seconds=60.0, seed=seed)
 
 
-def small_swarm() -> Scenario:
+def small_swarm() -> SimScenario:
     """16 T4s on 4 stages for ten minutes with some churn and T = 60 s: a quick look."""
-    return Scenario(name="small-swarm", model="small", stages=4, peers=even_peers("T4", 4, 4), trainers=4, window=8,
-                    duration=600.0, trace=((120.0, -2), (300.0, 3), (420.0, -1)), rebalance_period=60.0,
-                    global_batch=256, bin_seconds=30.0)
+    return SimScenario(name="small-swarm", model="small", stages=4, peers=even_peers("T4", 4, 4), trainers=4, window=8,
+                       duration=600.0, trace=((120.0, -2), (300.0, 3), (420.0, -1)), rebalance_period=60.0,
+                       global_batch=256, bin_seconds=30.0)
 
 
-def global_mix() -> Scenario:
+def global_mix() -> SimScenario:
     """Mixed consumer and datacenter GPUs in three regions, trainers in Europe, one hour."""
     peers = (PeerGroup(device="RTX3080", count=6, stage=0, region="eu"),
              PeerGroup(device="RTX4090", count=4, stage=1, region="us"),
@@ -40,13 +40,13 @@ def global_mix() -> Scenario:
     links = (Link(a="eu", b="eu", rtt_ms=10.0, bandwidth_mbps=1000.0),
              Link(a="eu", b="us", rtt_ms=90.0, bandwidth_mbps=500.0),
              Link(a="eu", b="asia", rtt_ms=220.0, bandwidth_mbps=200.0))
-    return Scenario(name="global-mix", model="medium", stages=4, peers=peers, trainer_region="eu", links=links,
-                    trainers=8, window=8, compression=2.0, duration=3600.0,
-                    churn=ChurnModel(hours=1.0, join_per_hour=10.0, leave_per_peer_hour=0.4), rebalance_period=120.0,
-                    global_batch=1024, bin_seconds=60.0)
+    return SimScenario(name="global-mix", model="medium", stages=4, peers=peers, trainer_region="eu", links=links,
+                       trainers=8, window=8, compression=2.0, duration=3600.0,
+                       churn=ChurnModel(hours=1.0, join_per_hour=10.0, leave_per_peer_hour=0.4), rebalance_period=120.0,
+                       global_batch=1024, bin_seconds=60.0)
 
 
-PRESETS: dict[str, Callable[[], Scenario]] = {
+SIM_PRESETS: dict[str, Callable[[], SimScenario]] = {
     "small-swarm": small_swarm,
     "global-mix": global_mix,
     "table5-none": lambda: table5(None),

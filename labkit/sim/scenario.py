@@ -1,7 +1,7 @@
 """What to simulate: peers, devices, links, model, trainers, churn and the rebalancing period.
 
 Frozen keyword-only dataclasses; a bad value raises one `ConfigError` naming the field, the value
-and what is allowed. `Scenario.from_dict` reads the JSON scenario files of `labkit simulate`.
+and what is allowed. `SimScenario.from_dict` reads the JSON scenario files of `labkit simulate`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class PeerGroup:
     device: str  # one of hardware.DEVICES
     count: int  # number of peers
     stage: int  # initial stage
-    region: str = "default"  # network region (see Scenario.links)
+    region: str = "default"  # network region (see SimScenario.links)
 
     def __post_init__(self) -> None:
         o = "PeerGroup"
@@ -61,10 +61,11 @@ class Link:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Scenario:
+class SimScenario:
     """One simulated SWARM run.
 
-    >>> s = Scenario(peers=(PeerGroup(device="T4", count=2, stage=0), PeerGroup(device="T4", count=2, stage=1)), stages=2)
+    >>> s = SimScenario(peers=(PeerGroup(device="T4", count=2, stage=0), PeerGroup(device="T4", count=2, stage=1)),
+    ...                 stages=2)
     >>> s.initial_peers
     4
     """
@@ -168,7 +169,7 @@ class Scenario:
         return self.churn.trace(self.initial_peers, self.seed) if self.churn else self.trace
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Scenario:
+    def from_dict(cls, data: dict[str, Any]) -> SimScenario:
         """A scenario from JSON-like data (peers, links and churn as nested dicts)."""
         data = dict(data)
         names = {f.name for f in fields(cls)}

@@ -1,4 +1,4 @@
-"""A `Scenario` compiled to the arrays both simulators run on: service times, links, trace draws.
+"""A `SimScenario` compiled to the arrays both simulators run on: service times, links, trace draws.
 
 Hop model: a trainer sends a microbatch's boundary activations (or, backward, their gradients)
 to a peer and gets the answer back: one round trip plus one payload over the trainer-peer link,
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.sim.hardware import DEVICES, stage_costs
-from labkit.sim.scenario import Scenario
+from labkit.sim.scenario import SimScenario
 
 ADAM_STATE_BYTES = 12.0  # fp32 parameters + two Adam moments: what a migrating peer downloads
 GRAD_BYTES = 2.0  # fp16 gradients in the all-reduce
@@ -47,7 +47,7 @@ class World:
         return self.hop_rtt + self.activation_bytes / self.hop_bytes_s
 
 
-def _link(s: Scenario, a: str, b: str) -> tuple[float, float]:
+def _link(s: SimScenario, a: str, b: str) -> tuple[float, float]:
     """(rtt seconds, bytes per second) between regions a and b."""
     for k in s.links:
         if {k.a, k.b} == {a, b}:
@@ -55,7 +55,7 @@ def _link(s: Scenario, a: str, b: str) -> tuple[float, float]:
     return s.rtt_ms / 1e3, s.bandwidth_mbps * 1e6 / 8.0
 
 
-def build_world(s: Scenario) -> World:
+def build_world(s: SimScenario) -> World:
     """Compile a scenario: initial peers in group order, then one slot per join of the trace."""
     costs = stage_costs(model=s.model, stages=s.stages, microbatch=s.microbatch, seq_len=s.seq_len,
                         checkpointing=s.checkpointing, compression=s.compression, split=s.layer_split)

@@ -48,9 +48,10 @@ def test_bad_flags_give_one_line_errors(tmp_path: Path, args: list[str], needle:
 
 
 def test_train_follows_a_plan(tmp_path: Path) -> None:
-    from labkit.plan.plan import Plan, Stage
+    from labkit.plan.plan import Plan, PlanStage
 
-    plan = Plan(method="dtfm", scenario="t", stages=(Stage(devices=("a", "b"), layers=9), Stage(devices=("c",), layers=3)),
+    plan = Plan(method="dtfm", scenario="t",
+                stages=(PlanStage(devices=("a", "b"), layers=9), PlanStage(devices=("c",), layers=3)),
                 links=((("a", "c", 1.0),),), time=1.0, parts={"dp": 0.1, "pp": 0.2, "compute": 0.3})
     (tmp_path / "plan.json").write_text(plan.to_json())
     out = _labkit("train", "--plan", "plan.json", "--steps", "3", "--seq-len", "32", "--eval-every", "0",

@@ -5,15 +5,15 @@ import numpy as np
 from labkit.kernels.fluid import fluid_run
 from labkit.sim.events_sim import _Swarm
 from labkit.sim.presets import even_peers
-from labkit.sim.scenario import Scenario
+from labkit.sim.scenario import SimScenario
 from labkit.sim.world import build_world
 from labkit.kernels.eventsim import run_until
 
 
-def _scenario() -> Scenario:
-    return Scenario(model="small", stages=3, peers=even_peers("T4", 2, 3), trainers=2, window=2, duration=900.0,
-                    trace=((100.0, -2), (150.0, 3), (400.0, -1)), rebalance_period=60.0, service_cv=0.0,
-                    global_batch=16, bin_seconds=60.0)
+def _scenario() -> SimScenario:
+    return SimScenario(model="small", stages=3, peers=even_peers("T4", 2, 3), trainers=2, window=2, duration=900.0,
+                       trace=((100.0, -2), (150.0, 3), (400.0, -1)), rebalance_period=60.0, service_cv=0.0,
+                       global_batch=16, bin_seconds=60.0)
 
 
 def test_fluid_kernel_matches_plain_python():

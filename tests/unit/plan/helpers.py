@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.plan.scenario import Device, Scenario
+from labkit.plan.network import Device, NetworkScenario
 from labkit.plan.workload import Workload
 
 C_PP = 1e9  # bytes; with delay 0, bandwidth 2·C_PP / W makes w_pp = W
 
 
-def scenario_with_costs(w: np.ndarray) -> Scenario:
+def scenario_with_costs(w: np.ndarray) -> NetworkScenario:
     """Delay 0 and bandwidth 2·C_PP/W, so that w_pp == W (and w_dp == W with `workload_for`)."""
     n = len(w)
     bw = np.full((n, n), 1.0)
     off = ~np.eye(n, dtype=bool)
     bw[off] = 2 * C_PP / w[off]
     devs = tuple(Device(name=f"d{i}") for i in range(n))
-    return Scenario(name="hand", devices=devs, delay=np.zeros((n, n)), bandwidth=bw)
+    return NetworkScenario(name="hand", devices=devs, delay=np.zeros((n, n)), bandwidth=bw)
 
 
 def workload_for(replicas: int) -> Workload:

@@ -8,7 +8,7 @@ import pytest
 from labkit.config import ModelConfig
 from labkit.kernels.plan_cost import assignment_cost, comm_cost
 from labkit.plan.dtfm import CostModel
-from labkit.plan.scenario import Device, Scenario
+from labkit.plan.network import Device, NetworkScenario
 from labkit.plan.workload import Workload
 from tests.unit.plan.helpers import scenario_with_costs, symmetric, workload_for
 
@@ -19,7 +19,7 @@ def test_n4_from_delay_and_bandwidth_with_asymmetric_links() -> None:
     bw[0, 2], bw[2, 0] = 5.0, 15.0  # asymmetric, averages to 10
     delay = np.full((4, 4), 0.01)
     np.fill_diagonal(delay, 0)
-    s = Scenario(name="n4", devices=tuple(Device(name=f"d{i}") for i in range(4)), delay=delay, bandwidth=bw)
+    s = NetworkScenario(name="n4", devices=tuple(Device(name=f"d{i}") for i in range(4)), delay=delay, bandwidth=bw)
     cost = CostModel.build(s, 2, Workload(n_layer=2, c_dp_given=100.0, c_pp_given=200.0))
     groups = np.array([[0, 1], [2, 3]])
     dp, pp = cost.parts(groups)

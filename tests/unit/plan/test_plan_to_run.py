@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from labkit.config import ConfigError, ModelConfig, RunConfig
-from labkit.plan.plan import Plan, Stage, rescale_split
+from labkit.plan.plan import Plan, PlanStage, rescale_split
 
 
 @given(st.lists(st.integers(1, 60), min_size=1, max_size=12), st.integers(12, 48))
@@ -19,8 +19,8 @@ def test_rescaled_split_keeps_depth_and_every_stage(split: list[int], n_layer: i
 
 
 def test_run_config_follows_the_plan() -> None:
-    plan = Plan(method="cluster", scenario="t", stages=(Stage(devices=("a", "b", "c"), layers=18),
-                                                       Stage(devices=("d",), layers=6)),
+    plan = Plan(method="cluster", scenario="t", stages=(PlanStage(devices=("a", "b", "c"), layers=18),
+                                                       PlanStage(devices=("d",), layers=6)),
                 links=((("b", "d", 1.0),),), time=1.0, parts={"dp": 0.0, "pp": 0.5, "compute": 0.5})
     cfg = plan.run_config(RunConfig(model=ModelConfig(size="nano")), max_peers_per_stage=2)
     assert (cfg.stages, cfg.peers_per_stage, cfg.layer_split) == (2, (2, 1), (3, 1))

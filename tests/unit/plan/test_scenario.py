@@ -9,8 +9,8 @@ import pytest
 
 from labkit.config import ConfigError
 from labkit.plan.dtfm import plan_dtfm
-from labkit.plan.presets import PRESETS, preset
-from labkit.plan.scenario import Scenario
+from labkit.plan.network import NetworkScenario
+from labkit.plan.presets import NETWORK_PRESETS, preset
 
 GOOD = {"name": "t", "devices": [{"name": "a"}, {"name": "b", "kind": "RTX4090"}],
         "delay": [[0, 0.01], [0.02, 0]], "bandwidth": [[0, 1e9], [2e9, 0]]}
@@ -20,11 +20,11 @@ def _with(**changes) -> dict:
     return json.loads(json.dumps(GOOD)) | changes
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("name", sorted(NETWORK_PRESETS))
 def test_every_preset_builds_and_round_trips(name: str, tmp_path) -> None:
     s = preset(name)
     s.save(tmp_path / "s.json")
-    back = Scenario.load(tmp_path / "s.json")
+    back = NetworkScenario.load(tmp_path / "s.json")
     assert back.names() == s.names() and back.devices == s.devices
     assert np.array_equal(back.delay, s.delay) and np.array_equal(back.bandwidth, s.bandwidth)
 
@@ -54,7 +54,7 @@ def test_dtfm_presets_follow_the_papers_numbers() -> None:
 ])
 def test_bad_scenarios_are_rejected_with_a_clear_message(data: dict, words: list[str]) -> None:
     with pytest.raises(ConfigError) as err:
-        Scenario.from_dict(data)
+        NetworkScenario.from_dict(data)
     assert str(err.value).count("\n") == 0
     for w in words:
         assert w in str(err.value)

@@ -6,13 +6,13 @@ import pytest
 
 from labkit.config import ConfigError
 from labkit.plan.dtfm import plan_dtfm
-from labkit.plan.presets import PRESETS
+from labkit.plan.presets import NETWORK_PRESETS
 from labkit.sim import simulate
 from labkit.sim.from_plan import scenario_from_plan
 
 
 def test_a_dtfm_plan_runs_in_the_simulator() -> None:
-    network = PRESETS["dtfm_regional"](n=16)
+    network = NETWORK_PRESETS["dtfm_regional"](n=16)
     plan = plan_dtfm(network, stages=4, generations=5, seed=1)
     scenario = scenario_from_plan(plan, network, model="small", duration=30.0)
     assert scenario.stages == 4 and sum(scenario.layer_split) == 12
@@ -29,7 +29,7 @@ def test_a_dtfm_plan_runs_in_the_simulator() -> None:
 
 
 def test_unknown_plan_devices_are_refused() -> None:
-    network = PRESETS["dtfm_regional"](n=16)
-    plan = plan_dtfm(PRESETS["dtfm_regional"](n=32), stages=4, generations=1)
+    network = NETWORK_PRESETS["dtfm_regional"](n=16)
+    plan = plan_dtfm(NETWORK_PRESETS["dtfm_regional"](n=32), stages=4, generations=1)
     with pytest.raises(ConfigError, match="devices of the network"):
         scenario_from_plan(plan, network)

@@ -7,8 +7,8 @@ import pytest
 
 from labkit.config import ConfigError, ModelConfig, MODEL_SIZES
 from labkit.sim.hardware import block_flops_per_token, stage_costs
-from labkit.sim.presets import PRESETS
-from labkit.sim.scenario import Scenario
+from labkit.sim.presets import SIM_PRESETS
+from labkit.sim.scenario import SimScenario
 
 GOOD = {"stages": 2, "model": "small", "peers": [{"device": "T4", "count": 2, "stage": 0}, {"device": "V100", "count": 1, "stage": 1}]}
 
@@ -29,14 +29,14 @@ def test_bad_scenario_file_raises_one_clear_error(tmp_path, change, needle):
     path = tmp_path / "scenario.json"
     path.write_text(json.dumps({**GOOD, **change}))
     with pytest.raises(ConfigError) as err:
-        Scenario.from_dict(json.loads(path.read_text()))
+        SimScenario.from_dict(json.loads(path.read_text()))
     message = str(err.value)
     assert needle in message and "is not allowed" in message and "\n" not in message
 
 
 def test_good_file_and_presets_load():
-    assert Scenario.from_dict(GOOD).initial_peers == 3
-    assert all(isinstance(make(), Scenario) for make in PRESETS.values())
+    assert SimScenario.from_dict(GOOD).initial_peers == 3
+    assert all(isinstance(make(), SimScenario) for make in SIM_PRESETS.values())
 
 
 def test_flop_formula_is_the_model_configs():

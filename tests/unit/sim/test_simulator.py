@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 
 from labkit.kernels.fluid import balanced_stages
-from labkit.sim import ChurnModel, Scenario, simulate
+from labkit.sim import ChurnModel, SimScenario, simulate
 from labkit.sim.presets import even_peers, table5
 from labkit.sim.summary import percent_of_optimal, summarize
 from labkit.sim.world import build_world
 
 
-def _equal(per_stage: int = 3, **kw) -> Scenario:
+def _equal(per_stage: int = 3, **kw) -> SimScenario:
     base = dict(model="small", stages=4, peers=even_peers("T4", per_stage, 4), duration=120.0, bin_seconds=10.0,
                 service_cv=0.0)
-    return Scenario(**{**base, **kw})
+    return SimScenario(**{**base, **kw})
 
 
 def test_capacity_bound_throughput_matches_closed_form():
@@ -47,9 +47,9 @@ def test_every_microbatch_finishes_or_is_lost_and_redone():
 
 @pytest.mark.parametrize("period", [None, 60.0])
 def test_event_and_fluid_granularities_agree(period):
-    s = Scenario(model="large", stages=4, peers=even_peers("T4", 6, 4), duration=7200.0, trainers=24, window=8,
-                 bin_seconds=600.0, service_cv=0.3, rebalance_period=period, seed=3,
-                 churn=ChurnModel(hours=2.0, join_per_hour=12.0, leave_per_peer_hour=0.5))
+    s = SimScenario(model="large", stages=4, peers=even_peers("T4", 6, 4), duration=7200.0, trainers=24, window=8,
+                    bin_seconds=600.0, service_cv=0.3, rebalance_period=period, seed=3,
+                    churn=ChurnModel(hours=2.0, join_per_hour=12.0, leave_per_peer_hour=0.5))
     events, fluid = simulate(s, "events"), simulate(s, "fluid")
     assert events.work.sum() == pytest.approx(fluid.work.sum(), rel=0.05)
     assert percent_of_optimal(events) == pytest.approx(percent_of_optimal(fluid), abs=4.0)

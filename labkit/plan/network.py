@@ -3,7 +3,7 @@
 Units: compute speed in FLOP/s, memory in bytes, delay in seconds, bandwidth in **bytes/s**.
 Matrices may be asymmetric (upload and download differ); the diagonal is ignored.
 
->>> s = Scenario.from_dict({"name": "pair", "devices": [
+>>> s = NetworkScenario.from_dict({"name": "pair", "devices": [
 ...     {"name": "a", "kind": "V100"}, {"name": "b", "kind": "V100"}],
 ...     "delay": [[0, 0.01], [0.01, 0]], "bandwidth": [[0, 1e9], [1e9, 0]]})
 >>> s.n
@@ -62,7 +62,7 @@ class Device:
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
-class Scenario:
+class NetworkScenario:
     """Devices and the delay (s) / bandwidth (bytes/s) between every ordered pair (row sends)."""
 
     name: str
@@ -76,11 +76,11 @@ class Scenario:
         devices = tuple(self.devices)
         object.__setattr__(self, "devices", devices)
         if not devices:
-            raise ConfigError("Scenario", "devices", [], "at least one device")
+            raise ConfigError("NetworkScenario", "devices", [], "at least one device")
         names = [d.name for d in devices]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise ConfigError("Scenario", "devices", dup, "unique device names")
+            raise ConfigError("NetworkScenario", "devices", dup, "unique device names")
         n = len(devices)
         for key in ("delay", "bandwidth"):
             object.__setattr__(self, key, _matrix(key, getattr(self, key), n))
@@ -88,7 +88,7 @@ class Scenario:
         bad = np.argwhere((self.bandwidth <= 0) & off)
         if len(bad):
             i, j = (int(v) for v in bad[0])
-            raise ConfigError("Scenario", f"bandwidth[{i}][{j}]", float(self.bandwidth[i, j]),
+            raise ConfigError("NetworkScenario", f"bandwidth[{i}][{j}]", float(self.bandwidth[i, j]),
                               "> 0 bytes/s between distinct devices (every pair must be able to talk)")
 
     @property
@@ -115,15 +115,15 @@ class Scenario:
                 "delay": self.delay.tolist(), "bandwidth": self.bandwidth.tolist()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Scenario:
+    def from_dict(cls, data: dict[str, Any]) -> NetworkScenario:
         """Inverse of `to_dict`; raises ConfigError on a missing key or a bad value."""
         if not isinstance(data, dict):
-            raise ConfigError("Scenario", "json", type(data).__name__, "a JSON object")
+            raise ConfigError("NetworkScenario", "json", type(data).__name__, "a JSON object")
         for key in ("name", "devices", "delay", "bandwidth"):
             if key not in data:
-                raise ConfigError("Scenario", key, None, "present (keys: name, devices, delay, bandwidth)")
+                raise ConfigError("NetworkScenario", key, None, "present (keys: name, devices, delay, bandwidth)")
         if not isinstance(data["devices"], list) or not all(isinstance(d, dict) for d in data["devices"]):
-            raise ConfigError("Scenario", "devices", data["devices"], "a list of device objects")
+            raise ConfigError("NetworkScenario", "devices", data["devices"], "a list of device objects")
         devices = []
         for d in data["devices"]:
             unknown = sorted(set(d) - {"name", "kind", "flops", "memory", "reliable", "region"})
@@ -139,12 +139,12 @@ class Scenario:
         Path(path).write_text(json.dumps(self.to_dict()))
 
     @classmethod
-    def load(cls, path: str | Path) -> Scenario:
+    def load(cls, path: str | Path) -> NetworkScenario:
         """Read a scenario JSON file written by `save` (or by hand)."""
         try:
             data = json.loads(Path(path).read_text())
         except json.JSONDecodeError as err:
-            raise ConfigError("Scenario", "json", str(path), f"valid JSON ({err})") from None
+            raise ConfigError("NetworkScenario", "json", str(path), f"valid JSON ({err})") from None
         return cls.from_dict(data)
 
 
@@ -153,14 +153,15 @@ def _matrix(key: str, value: Any, n: int) -> np.ndarray:
     try:
         m = np.array(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ConfigError("Scenario", key, "ragged or non-numeric", f"an {n}x{n} matrix of numbers") from None
+        raise ConfigError("NetworkScenario", key, "ragged or non-numeric", f"an {n}x{n} matrix of numbers") from None
     if m.ndim != 2 or m.shape[0] != m.shape[1]:
-        raise ConfigError("Scenario", key, f"shape {m.shape}", f"a square {n}x{n} matrix")
+        raise ConfigError("NetworkScenario", key, f"shape {m.shape}", f"a square {n}x{n} matrix")
     if m.shape[0] != n:
-        raise ConfigError("Scenario", key, f"shape {m.shape}", f"{n}x{n}, one row and column per device")
+        raise ConfigError("NetworkScenario", key, f"shape {m.shape}", f"{n}x{n}, one row and column per device")
     bad = np.argwhere(~np.isfinite(m) | (m < 0))
     if len(bad):
         i, j = (int(v) for v in bad[0])
-        raise ConfigError("Scenario", f"{key}[{i}][{j}]", float(m[i, j]), "a finite number >= 0 (no NaN, no inf)")
+        raise ConfigError("NetworkScenario", f"{key}[{i}][{j}]", float(m[i, j]),
+                          "a finite number >= 0 (no NaN, no inf)")
     m.setflags(write=False)
     return m
