@@ -283,16 +283,8 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         """Inverse of `to_dict`."""
-        data = dict(data)
-        if isinstance(data.get("model"), dict):
-            data["model"] = ModelConfig(**data["model"])
-        if isinstance(data.get("data"), dict):
-            data["data"] = DataConfig(**data["data"])
-        if isinstance(data.get("compression"), dict):
-            data["compression"] = CompressionConfig(**data["compression"])
-        if isinstance(data.get("sync"), dict):
-            data["sync"] = SyncConfig(**data["sync"])
-        return cls(**data)
+        nested = {"model": ModelConfig, "data": DataConfig, "compression": CompressionConfig, "sync": SyncConfig}
+        return cls(**{k: nested[k](**v) if k in nested and isinstance(v, dict) else v for k, v in data.items()})
 
 
 def even_split(n_layer: int, stages: int) -> tuple[int, ...]:

@@ -72,5 +72,10 @@ class LiveView:
         self._run.events.unsubscribe(self._queue)
 
     @property
+    def refreshing(self) -> bool:
+        """Whether the refresher thread still runs (False once closed)."""
+        return self._thread.is_alive()
+
+    @property
     def charts(self) -> list[alt.JupyterChart]:
         return [jc for jc, _, _ in self._charts]

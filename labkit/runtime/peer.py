@@ -1,18 +1,15 @@
-"""A stage server: one replica of one stage, a request queue and the worker thread that drains it.
+"""A stage server: one replica of one stage, served by its own request queue and thread.
 
-Trainers submit forward / backward / loss requests and get futures back. The worker runs them one
-at a time, keeps the stage inputs (and autograd graph) of every microbatch in flight so backward
+Trainers submit forward / backward / loss requests and get futures back (the in-process
+transport, labkit/runtime/request_queue.py). The peer runs them one at a time, keeps the stage inputs (and autograd graph) of every microbatch in flight so backward
 can retrace it, and accumulates parameter gradients and sample counts until the swarm's step.
 Killing a peer drops its queue, its stash and its accumulated gradients, as a crash would.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -22,6 +19,7 @@ from labkit.config import RunConfig, SyncConfig
 from labkit.model import Stage
 from labkit.runtime.diloco import OuterState
 from labkit.runtime.optim import apply_step, make_optimizer
+from labkit.runtime.request_queue import RequestQueue
 from labkit.wire import Codec, Encoded, get_codec
 
 
@@ -29,7 +27,7 @@ class PeerDied(RuntimeError):
     """The peer was killed; what it held is gone."""
 
 
-class StagePeer:
+class StagePeer(RequestQueue):
     """Serves stage `stage` with its own copy of the stage's parameters and optimizer."""
 
     def __init__(self, name: str, stage: int, module: Stage, cfg: RunConfig, device: str = "cpu") -> None:
@@ -49,83 +47,19 @@ class StagePeer:
         self.worker = "local"  # where the peer runs (a Dask worker's address for remote peers)
         self.delay = 0.0  # extra seconds per request: makes a peer slow on purpose (demos, tests)
         self._stash: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
-        self._requests: queue.Queue[tuple[Callable[..., Any], tuple, Future] | None] = queue.Queue()
-        self._alive = True
-        self._thread = threading.Thread(target=self._serve, name=f"peer-{name}", daemon=True)
-        self._thread.start()
-
-    # -- the worker ---------------------------------------------------------------------------
-    def _serve(self) -> None:
-        while True:
-            item = self._requests.get()
-            if item is None or not self._alive:
-                if item is not None:
-                    self._fail(item[2])
-                break
-            fn, args, future = item
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                result = fn(*args)
-            except BaseException as exc:  # the trainer sees the failure and reroutes
-                future.set_exception(exc)
-            else:
-                if self._alive:
-                    future.set_result(result)
-                else:
-                    self._fail(future)
-        self._fail_queued()
-
-    def _fail_queued(self) -> None:
-        while True:
-            try:
-                item = self._requests.get_nowait()
-            except queue.Empty:
-                return
-            if item is not None:
-                self._fail(item[2])
-
-    def _fail(self, future: Future) -> None:
-        """Answer a request the dead peer will never serve (unless its trainer gave up on it)."""
-        try:
-            future.set_exception(PeerDied(self.name))
-        except InvalidStateError:
-            pass  # cancelled by a trainer that timed out
-
-    def call(self, method: str, *args: Any) -> Future:
-        """Queue the request `method(*args)`; the future resolves to its result."""
-        return self._submit(getattr(self, method), *args)
-
-    def _submit(self, fn: Callable[..., Any], *args: Any) -> Future:
-        """Queue `fn(*args)` to run on this peer's worker thread."""
-        future: Future = Future()
-        if not self._alive:
-            future.set_exception(PeerDied(self.name))
-            return future
-        self._requests.put((fn, args, future))
-        if not self._alive:  # killed between the check and the put: the worker may have drained already
-            self._fail_queued()
-        return future
-
-    @property
-    def queue_length(self) -> int:
-        return self._requests.qsize()
+        super().__init__(f"peer-{name}", lambda: PeerDied(name))
 
     def kill(self) -> None:
         """Crash: stop answering, drop queued work, stashed activations and accumulated gradients."""
-        self._alive = False
-        self._requests.put(None)
+        super().kill()
         self._stash.clear()
         self.accum = []
         self.samples = 0
 
     def close(self) -> None:
-        """Stop the worker after the requests already queued (a clean shutdown). Requests sent
-        afterwards fail at once with `PeerDied`: a caller holding an old handle must not wait."""
-        self._requests.put(None)
-        self._thread.join(timeout=10)
-        self._alive = False
-        self._fail_queued()
+        """Stop after the requests already queued; requests sent afterwards fail at once with
+        `PeerDied`: a caller holding an old handle must not wait."""
+        super().close()
         if self._updater is not None:
             self._updater.shutdown(wait=True)
 

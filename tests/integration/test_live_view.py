@@ -19,5 +19,5 @@ def test_live_view_tracks_loss_and_routing(small_run: RunConfig) -> None:
     assert sum(r["kind"] == "validation" for r in loss_values) == 3  # before, step 4, step 8
     shares = view.charts[1].spec["data"]["values"]
     assert {r["peer"] for r in shares} == {"s0p0", "s0p1", "s1p0", "s1p1"}
-    assert not view._thread.is_alive()
+    assert not view.refreshing
     assert view.widget().children == tuple(view.charts)

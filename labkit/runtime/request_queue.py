@@ -1,0 +1,94 @@
+"""The in-process transport: a request queue drained by one thread, answering with futures.
+
+A caller puts `fn(*args)` on the queue and gets a `concurrent.futures.Future`; the server's
+thread runs requests one at a time, in order. A crash (`kill`) drops what is queued; a clean
+`close` serves what is queued first. Either way, later requests fail at once with the server's
+death error, so no caller waits on a server that will never answer.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from typing import Any
+
+
+class RequestQueue:
+    """A server thread named `name`; `died()` makes the error every unserved request fails with."""
+
+    def __init__(self, name: str, died: Callable[[], Exception]) -> None:
+        self._died = died
+        self._requests: queue.Queue[tuple[Callable[..., Any], tuple, Future] | None] = queue.Queue()
+        self._alive = True
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            item = self._requests.get()
+            if item is None or not self._alive:
+                if item is not None:
+                    self._fail(item[2])
+                break
+            fn, args, future = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # the caller sees the failure (a trainer reroutes)
+                future.set_exception(exc)
+            else:
+                if self._alive:
+                    future.set_result(result)
+                else:
+                    self._fail(future)
+        self._fail_queued()
+
+    def _fail_queued(self) -> None:
+        while True:
+            try:
+                item = self._requests.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                self._fail(item[2])
+
+    def _fail(self, future: Future) -> None:
+        """Answer a request the dead server will never serve (unless its caller gave up on it)."""
+        try:
+            future.set_exception(self._died())
+        except InvalidStateError:
+            pass  # cancelled by a caller that timed out
+
+    def call(self, method: str, *args: Any) -> Future:
+        """Queue the request `method(*args)` (a method of this server); the future resolves to its result."""
+        return self.submit(getattr(self, method), *args)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Queue `fn(*args)` to run on this server's thread."""
+        future: Future = Future()
+        if not self._alive:
+            future.set_exception(self._died())
+            return future
+        self._requests.put((fn, args, future))
+        if not self._alive:  # killed between the check and the put: the thread may have drained already
+            self._fail_queued()
+        return future
+
+    @property
+    def queue_length(self) -> int:
+        return self._requests.qsize()
+
+    def kill(self) -> None:
+        """Crash: stop answering and drop the queued requests."""
+        self._alive = False
+        self._requests.put(None)
+
+    def close(self) -> None:
+        """Stop after the requests already queued (a clean shutdown); later requests fail at once."""
+        self._requests.put(None)
+        self._thread.join(timeout=10)
+        self._alive = False
+        self._fail_queued()
