@@ -12,7 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from distributed import get_client, get_worker
-from distributed.actor import Actor
 
 from labkit.backends.dask.fleet import DaskPeers
 from labkit.config import RunConfig
@@ -28,11 +27,10 @@ class CoordinatorActor:
 
     def __init__(self, run_id: str, key: str, cfg: RunConfig, resume: dict[str, Any] | None, host: str) -> None:
         self._pool = ThreadPoolExecutor(cfg.trainers + 16, thread_name_prefix="coordinator")
-        client, here = get_client(), get_worker().address
-        me = Actor(CoordinatorActor, here, key)
+        client, me = get_client(), (CoordinatorActor, get_worker().address, key)
 
         def peers(c: RunConfig, corpus: Corpus) -> DaskPeers:
-            return DaskPeers(c, client=client, run_id=run_id, coordinator_actor=me, here=here, host=host)
+            return DaskPeers(c, client=client, run_id=run_id, coordinator=me, host=host)
 
         self.run = LocalRun(cfg, peers, resume=resume)
 

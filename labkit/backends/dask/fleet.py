@@ -14,7 +14,6 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from distributed import Client
-from distributed.actor import Actor
 
 from labkit import events
 from labkit.backends.dask.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, StageDirectory, join, node_for, release
@@ -63,11 +62,12 @@ class RemoteTrainer:
 class DaskPeers:
     """A `PeerFactory` whose peers and trainers are actors on the workers of `client`'s cluster.
 
-    coordinator_actor: the coordinator's own actor handle (trainers call it) on worker `here`."""
+    coordinator: (class, worker address, key) of the coordinator's actor, which trainers call."""
 
-    def __init__(self, cfg: RunConfig, *, client: Client, run_id: str, coordinator_actor: Actor, here: str,
+    def __init__(self, cfg: RunConfig, *, client: Client, run_id: str, coordinator: tuple[type, str, str],
                  host: str) -> None:
-        self.cfg, self.client, self.run_id, self.coordinator_actor = cfg, client, run_id, coordinator_actor
+        self.cfg, self.client, self.run_id, self.coordinator_actor = cfg, client, run_id, coordinator
+        here = coordinator[1]
         self.t0_wall = time.time()
         self.directory = StageDirectory(node_for(run_id, [], host), run_id, cfg.stages)
         self.dht_peers = self.directory.node.maddrs()

@@ -104,12 +104,14 @@ class CoordinatorClient:
 class TrainerActor:
     """One trainer on this worker, running the in-process `Trainer` loop against the coordinator."""
 
-    def __init__(self, run_id: str, name: str, cfg: RunConfig, coordinator: Actor, dht_peers: list[str],
-                 t0: float) -> None:
+    def __init__(self, run_id: str, name: str, cfg: RunConfig, coordinator: tuple[type, str, str],
+                 dht_peers: list[str], t0: float) -> None:
+        """coordinator: (class, worker address, key) of the coordinator's actor. The handle is made
+        here, on this worker's actor thread: a handle unpickled elsewhere finds no client."""
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.directory = DhtDirectory(run_id, cfg, dht_peers)
-        work = CoordinatorClient(coordinator, self.directory, t0)
+        work = CoordinatorClient(Actor(*coordinator), self.directory, t0)
         sampler = WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed)
         self.trainer = Trainer(name, cfg, work, self.directory, sampler)
         self.trainer.start()

@@ -1,0 +1,101 @@
+"""The coordinator's ledger and step boundary over the in-memory fake transport: no threads, no
+model. The test plays the trainers: it takes tasks, has fake peers accumulate, and credits them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from labkit.config import ModelConfig, RunConfig, SyncConfig
+from labkit.runtime.boundary import step_boundary
+from labkit.runtime.coordinator import Coordinator
+from labkit.runtime.eventlog import EventLog
+from tests.unit.fake_transport import FakePeers
+
+CFG = RunConfig(model=ModelConfig(size="nano", seq_len=32), stages=2, peers=2, global_batch=8, microbatch=2, steps=3,
+                eval_every=0)
+
+
+def _coordinator(cfg: RunConfig = CFG) -> tuple[Coordinator, FakePeers, EventLog]:
+    log, peers = EventLog(), FakePeers()
+    states = [{"params": {"stage": s}, "optimizer": None} for s in range(cfg.stages)]
+    return Coordinator(cfg, log, peers, states), peers, log
+
+
+def _play_step(c: Coordinator, peers: FakePeers, route: dict[int, list[str]], grad: float = 1.0) -> None:
+    """Hand out every microbatch of the step; microbatch i goes to route[stage][i % len]."""
+    index = 0
+    while (work := c.next_task()) is not None and not c.ledger.ready():
+        task, _ = work
+        credits = {}
+        for stage in task.stages:
+            name = route[stage][index % len(route[stage])]
+            peers.made[name].accumulate([grad, 2 * grad], c.cfg.microbatch)
+            credits[stage] = name
+        c.finish(task, credits, loss=0.5)
+        index += 1
+        if c.ledger.ready():
+            return
+
+
+def _boundary(c: Coordinator) -> None:
+    with c.cond:
+        step_boundary(c)
+
+
+def test_allreduce_applies_the_stage_sum_on_every_peer_and_commits_the_step() -> None:
+    c, peers, log = _coordinator()
+    _play_step(c, peers, {0: ["s0p0", "s0p1"], 1: ["s1p0", "s1p1"]})
+    assert c.ledger.ready()
+    _boundary(c)
+    for name in ("s0p0", "s0p1", "s1p0", "s1p1"):
+        (method, grads), = peers.made[name].applied
+        assert method == "optimizer_step"
+        assert torch.equal(grads[0], torch.tensor([4.0, 8.0]))  # 4 microbatches of [1, 2] over the stage's peers
+    step, = log.history("step")
+    assert step["step"] == 1 and step["stage_samples"] == [8, 8] and step["loss"] == pytest.approx(2.0)
+    assert [e["kind"] for e in log.history("sync")] == ["allreduce", "allreduce"]
+    assert c.ledger.step == 1 and c.snapshots[1]["steps_taken"] == 1
+
+
+def test_a_peer_holding_uncredited_samples_breaks_the_run_loudly() -> None:
+    c, peers, _ = _coordinator()
+    _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0"]})
+    peers.made["s0p1"].accumulate([1.0, 1.0], 2)  # a gradient the ledger never credited
+    with pytest.raises(RuntimeError, match="accounting broke: s0p1 accumulated 2 samples, ledger credits 0"):
+        _boundary(c)
+
+
+def test_a_peer_failing_while_sums_are_gathered_is_evicted_and_its_samples_recomputed() -> None:
+    c, peers, log = _coordinator()
+    _play_step(c, peers, {0: ["s0p0", "s0p1"], 1: ["s1p0"]})
+    peers.made["s0p1"].fail_on.add("gradients")
+    _boundary(c)
+    killed, = [e for e in log.history("peer") if e["state"] == "killed"]
+    assert killed["peer"] == "s0p1" and killed["lost_samples"] == 4
+    assert "gradients failed at the step boundary" in killed["reason"]
+    assert not log.history("step") and not c.ledger.ready(), "no step without the lost samples"
+    task, _ = c.next_task()
+    assert task.stages == frozenset({0}), "only the stage that lost the samples recomputes them"
+
+
+def test_diloco_outer_step_averages_pseudo_gradients_weighted_by_samples() -> None:
+    cfg = CFG.replace(sync=SyncConfig(mode="diloco", inner_steps=1))
+    c, peers, log = _coordinator(cfg)
+    route = {0: ["s0p0", "s0p0", "s0p0", "s0p1"], 1: ["s1p0", "s1p1"]}  # s0p0 takes 3 of 4 microbatches
+    peers.made["s0p0"].pseudo, peers.made["s0p1"].pseudo = [torch.tensor([4.0, 0.0])], [torch.tensor([0.0, 8.0])]
+    _play_step(c, peers, route)
+    _boundary(c)
+    for name in ("s0p0", "s0p1"):
+        method, delta = peers.made[name].applied[-1]
+        assert method == "outer_step" and torch.equal(delta[0], torch.tensor([3.0, 2.0]))  # 0.75 * a + 0.25 * b
+    assert [(e["stage"], e["kind"], e["peers"]) for e in log.history("sync")] == [(0, "diloco", 2), (1, "diloco", 2)]
+
+
+def test_verbs_after_the_run_ended_are_refused_with_one_clear_error() -> None:
+    c, _, _ = _coordinator()
+    c.stop()
+    with pytest.raises(RuntimeError, match="kill_peer is not available: the run has ended"):
+        c.members.kill_peer("s0p0")
+    with pytest.raises(RuntimeError, match="set_compression is not available"):
+        c.set_compression("fp16")
