@@ -32,12 +32,11 @@ import torch
 from distributed import Client, LocalCluster
 from distributed.protocol import dumps, loads, to_serialize
 
-from labkit.config import ModelConfig, RunConfig
-from labkit.backends.dask.peer_actor import PeerActor
 from labkit.backends.dask.dht import release
-from labkit.backends.dask.peer_actor import peer_actor
+from labkit.backends.dask.peer_actor import PeerActor, peer_actor
 from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
 from labkit.backends.dask.workers import cluster_workers
+from labkit.config import ModelConfig, RunConfig
 from labkit.model.assembly import initial_states
 from labkit.wire import Encoded, get_codec
 

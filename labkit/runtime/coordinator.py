@@ -14,10 +14,10 @@ from typing import Any
 
 from labkit import events
 from labkit.config import RunConfig, SyncConfig
+from labkit.model.partition import stage_bounds
 from labkit.runtime.boundary import step_boundary
 from labkit.runtime.eventlog import EventLog
 from labkit.runtime.membership import Membership
-from labkit.model.partition import stage_bounds
 from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import SyncSchedule

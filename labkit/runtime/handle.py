@@ -20,6 +20,7 @@ written once, here, with its argument checks.
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -58,6 +59,19 @@ def matches(event: Event, match: EventMatch) -> bool:
     if callable(match):
         return bool(match(event))
     return all(event.get(k) == v for k, v in match.items())
+
+
+def open_record(cfg: RunConfig, run_dir: str | Path | None, trace: bool) -> tuple[Path | None, EventLog]:
+    """The run directory (created, with `config.json`) and the event log (`events.jsonl` there,
+    hops printed if `trace`) of a run starting with `cfg`."""
+    path = Path(run_dir) if run_dir is not None else None
+    if path:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    log = EventLog(path / "events.jsonl" if path else None)
+    if trace:
+        trace_hops(log)
+    return path, log
 
 
 def trace_hops(log: EventLog) -> None:

@@ -22,8 +22,7 @@ from labkit.model.assembly import initial_states
 from labkit.runtime.checkpoint import load_checkpoint
 from labkit.runtime.coordinator import Coordinator
 from labkit.runtime.evaluate import Validation
-from labkit.runtime.eventlog import EventLog
-from labkit.runtime.handle import RunHandle, Snapshot, trace_hops
+from labkit.runtime.handle import RunHandle, Snapshot, open_record
 from labkit.runtime.ports import PeerFactory
 from labkit.runtime.totals import RunTotals
 
@@ -44,15 +43,9 @@ class LocalRun(RunHandle):
 
     def __init__(self, cfg: RunConfig, peers: FactoryBuilder, *, run_dir: str | Path | None = None,
                  resume: str | Path | dict | None = None, trace: bool = False) -> None:
-        self.run_dir = Path(run_dir) if run_dir is not None else None
         self._resume = resume if isinstance(resume, dict) or resume is None else load_checkpoint(resume, cfg)
         self.config = cfg = resumed_config(cfg, self._resume)
-        if self.run_dir:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
-        self.events = EventLog(self.run_dir / "events.jsonl" if self.run_dir else None)
-        if trace:
-            trace_hops(self.events)
+        self.run_dir, self.events = open_record(cfg, run_dir, trace)
         self._totals = RunTotals(cfg.stages)
         self.events.listeners.append(self._totals.add)
         self._peers = peers

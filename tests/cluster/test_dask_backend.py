@@ -21,14 +21,13 @@ import torch
 from distributed import Client, LocalCluster
 
 import labkit
+from labkit.backends.dask.dht import release
+from labkit.backends.dask.peer_actor import PeerActor, peer_actor
+from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
+from labkit.backends.dask.workers import cluster_workers
 from labkit.config import ModelConfig, RunConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
-from labkit.backends.dask.peer_actor import PeerActor
-from labkit.backends.dask.dht import release
-from labkit.backends.dask.peer_actor import peer_actor
-from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
-from labkit.backends.dask.workers import cluster_workers
 from labkit.model.assembly import initial_states
 from labkit.runtime.reference import train_reference
 from tests.waiting import wait_until

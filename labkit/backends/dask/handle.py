@@ -26,8 +26,7 @@ from labkit.backends.dask.remote import START_TIMEOUT
 from labkit.backends.dask.workers import cluster_workers
 from labkit.config import RunConfig
 from labkit.runtime.checkpoint import load_checkpoint
-from labkit.runtime.eventlog import EventLog
-from labkit.runtime.handle import RunHandle, trace_hops
+from labkit.runtime.handle import RunHandle, open_record
 from labkit.runtime.local_run import resumed_config
 from labkit.runtime.ports import RunEnded
 
@@ -63,13 +62,7 @@ class DaskRun(RunHandle):
                  scheduler: str | None = None, host: str = "127.0.0.1", trace: bool = False) -> None:
         checkpoint = load_checkpoint(resume, cfg) if resume is not None else None
         self.config = cfg = resumed_config(cfg, checkpoint)
-        self.run_dir = Path(run_dir) if run_dir is not None else None
-        if self.run_dir:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
-        self.events = EventLog(self.run_dir / "events.jsonl" if self.run_dir else None)
-        if trace:
-            trace_hops(self.events)
+        self.run_dir, self.events = open_record(cfg, run_dir, trace)
         self.run_id = uuid.uuid4().hex[:12]
         self.dashboard_link: str | None = None  # set once connected; see dashboard()
         self._connected = threading.Event()
