@@ -65,14 +65,19 @@ class CoordinatorActor:
         await self._off(coordinator.finish, task, credits, loss)
 
     async def trainer_call(self, name: str, *args: Any) -> Any:
-        """A trainer's report; one about a peer carries the actor key it called, and is ignored if
-        a rebuild has replaced that instance (a stale view says nothing of the new one)."""
+        """A trainer's report, carried out on the pool (it may wait for the coordinator's lock,
+        which the worker's event loop must never do)."""
         if name not in TRAINER_CALLS:
             raise ValueError(f"call={name!r} is not allowed: one of {list(TRAINER_CALLS)}")
-        coordinator = await self._off(self.run.coordinator)
+        return await self._off(self._report, name, *args)
+
+    def _report(self, name: str, *args: Any) -> None:
+        """A report about a peer carries the actor key the trainer called; it is ignored if a
+        rebuild has replaced that instance (a stale view says nothing of the new one)."""
+        coordinator = self.run.coordinator()
         if name in ("peer_timed_out", "peer_failed"):
             *args, key = args
             peer = coordinator.peer(args[0])
             if peer is None or (key is not None and peer.key != key):
-                return None
-        return await self._off(getattr(coordinator, name), *args)
+                return
+        getattr(coordinator, name)(*args)
