@@ -49,7 +49,7 @@ class Caller:
     """A Dask actor on worker A: a trainer's handle on the peer actor, and the encoded tensor."""
 
     def __init__(self, address: str, key: str) -> None:
-        self.peer = RemotePeer("s0p0", 0, key, peer_actor(address, key))
+        self.peer = RemotePeer("s0p0", 0, key, address, peer_actor(address, key))
         self.encoded = get_codec("fp32").encode(torch.randn(SHAPE, generator=torch.Generator().manual_seed(0)))
 
     def echo_matches(self) -> bool:

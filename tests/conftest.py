@@ -4,7 +4,7 @@ reaped when a test ends, even when it fails."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psutil
 import pytest
@@ -23,8 +23,16 @@ def small_run() -> RunConfig:
                      global_batch=16, microbatch=4, steps=4, eval_every=0, eval_batches=2, lr=3e-3, warmup_steps=1)
 
 
+@pytest.fixture(scope="session")
+def kept_processes() -> list[Callable[[], set[int]]]:
+    """Functions giving pids that outlive a test on purpose (a shared cluster's workers, which
+    its nannies restart under new pids after a kill): the reaper leaves them alone."""
+    return []
+
+
 @pytest.fixture(autouse=True)
-def reap_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[RunHandle]]:
+def reap_runs(monkeypatch: pytest.MonkeyPatch, kept_processes: list[Callable[[], set[int]]]
+              ) -> Iterator[list[RunHandle]]:
     """Record every run the test launches; at teardown stop those still running, wait for them,
     then kill the child processes the test started (an embedded cluster's, a leaked worker)."""
     launched: list[RunHandle] = []
@@ -44,7 +52,8 @@ def reap_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[RunHandle]]:
             run.stop()
     for run in launched:
         run.wait(REAP_SECONDS)
-    _reap([p for p in me.children() if p.pid not in before and not _shared_helper(p)])
+    kept = set().union(*(pids() for pids in kept_processes))
+    _reap([p for p in me.children() if p.pid not in before | kept and not _shared_helper(p)])
 
 
 def _shared_helper(process: psutil.Process) -> bool:

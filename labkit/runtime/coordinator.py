@@ -54,6 +54,8 @@ class Coordinator:
         self.last_loss: float | None = None
         self.error: BaseException | None = None
         self.step_hooks: list[Callable[[int], None]] = []  # called after each step, lock held
+        self.held: dict[str, Task] = {}  # trainer -> the microbatch attempt it works on
+        self._last_state: dict[str, Any] = {"status": "starting", "step": step, "stages": []}
         self.members = Membership(self, stage_bounds(cfg.layer_split))
         factory.bind(self)
         for stage, count in enumerate(cfg.peers_per_stage):
@@ -81,11 +83,15 @@ class Coordinator:
             threading.Thread(target=self.members.rebalance_loop, name="rebalancer", daemon=True).start()
 
     def stop(self) -> None:
-        """Hand out no more work; the trainers end after the microbatches in flight."""
-        with self.lock:
-            self.stopping = True
-            self.stopped.set()
-            self.cond.notify_all()
+        """Hand out no more work; the trainers end after the microbatches in flight. Never waits
+        long for the lock (a slow step boundary may hold it): waiters re-check every 0.5 s."""
+        self.stopping = True
+        self.stopped.set()
+        if self.lock.acquire(timeout=0.1):
+            try:
+                self.cond.notify_all()
+            finally:
+                self.lock.release()
 
     def fail(self, exc: BaseException) -> None:
         """End the run on an unexpected error, with the error in a `run` `failed` event."""
@@ -110,8 +116,8 @@ class Coordinator:
         self.factory.close()
 
     # -- work for trainers (the WorkSource port) -----------------------------------------------
-    def next_task(self) -> tuple[Task, str] | None:
-        """Block until there is a microbatch to work on; None once the run is over."""
+    def next_task(self, trainer: str) -> tuple[Task, str] | None:
+        """Block until there is a microbatch for `trainer` to work on; None once the run is over."""
         with self.cond:
             while True:
                 if self.stopping:
@@ -119,12 +125,24 @@ class Coordinator:
                 if not self.paused and not self.syncing:
                     task = self.ledger.next_task()
                     if task is not None:
+                        self.held[trainer] = task
                         return task, self.codec
                 self.cond.wait(timeout=0.5)
 
-    def finish(self, task: Task, credits: dict[int, str], loss: float | None) -> None:
+    def finish(self, trainer: str, task: Task, credits: dict[int, str], loss: float | None) -> None:
         with self.cond:
-            self.ledger.finish(task, credits, loss)
+            if self.held.get(trainer) == task:
+                del self.held[trainer]
+                self.ledger.finish(task, credits, loss)
+            self.cond.notify_all()
+
+    def trainer_lost(self, trainer: str, reason: str) -> None:
+        """A trainer died with its microbatch: hand the microbatch out again (nothing credited)."""
+        with self.cond:
+            task = self.held.pop(trainer, None)
+            if task is not None:
+                self.ledger.finish(task, {}, None)
+            self.emit(events.setting(self.clock(), name="trainer_lost", value=f"{trainer}: {reason}"))
             self.cond.notify_all()
 
     def stage_empty(self, stage: int) -> None:
@@ -214,14 +232,20 @@ class Coordinator:
 
     def state(self) -> dict[str, Any]:
         """Step, last loss, paused stages, and every stage's peers with queue lengths and the
-        samples the ledger credits them with in the current step."""
-        with self.lock:
+        samples the ledger credits them with in the current step. Never blocks for long: while a
+        slow step boundary holds the lock, the last state is returned, marked `"stale": True`."""
+        if not self.lock.acquire(timeout=0.5):
+            return {**self._last_state, "stale": True}
+        try:
             stages = []
             for stage, (first, count) in enumerate(self.members.bounds):
                 credited = self.ledger.samples(stage)
                 peers = [{"peer": p.name, "queue": p.queue_length, "samples": p.samples, "delay": p.delay,
                           "worker": p.worker, "credited": credited.get(p.name, 0)} for p in self.members.live(stage)]
                 stages.append({"stage": stage, "layers": list(range(first, first + count)), "peers": peers})
-            return {"status": "paused" if self.paused else "running", "step": self.ledger.step,
-                    "steps": self.cfg.steps, "loss": self.last_loss, "paused_stages": sorted(self.paused),
-                    "stages": stages}
+            self._last_state = {"status": "paused" if self.paused else "running", "step": self.ledger.step,
+                                "steps": self.cfg.steps, "loss": self.last_loss, "paused_stages": sorted(self.paused),
+                                "stages": stages}
+            return dict(self._last_state)
+        finally:
+            self.lock.release()

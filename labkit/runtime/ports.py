@@ -82,10 +82,10 @@ class Directory(Protocol):
 class WorkSource(Protocol):
     """What a trainer takes its microbatches from and reports to."""
 
-    def next_task(self) -> tuple[Task, str] | None:
-        """The next microbatch attempt and the wire codec in force; None once the run is over."""
+    def next_task(self, trainer: str) -> tuple[Task, str] | None:
+        """The next microbatch attempt for `trainer` and the wire codec in force; None once the run is over."""
 
-    def finish(self, task: Task, credits: dict[int, str], loss: float | None) -> None:
+    def finish(self, trainer: str, task: Task, credits: dict[int, str], loss: float | None) -> None:
         """Record which peer accumulated each stage of `task` (and its loss, if the last did)."""
 
     def stage_empty(self, stage: int) -> None:

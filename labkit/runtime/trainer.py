@@ -81,7 +81,7 @@ class Trainer:
 
     def _loop(self) -> None:
         while True:
-            work = self.work.next_task()
+            work = self.work.next_task(self.name)
             if work is None:
                 return
             task, self.codec = work
@@ -97,7 +97,7 @@ class Trainer:
             except Exception as exc:  # a bug, not a fault: stop the run loudly
                 self.work.fail(exc)
             finally:
-                self.work.finish(task, credits, outcome.get("loss"))
+                self.work.finish(self.name, task, credits, outcome.get("loss"))
 
     def _call(self, stage: int, direction: str, task: Task, method: str, *args: Any, peer: str | None = None) -> tuple[str, Any]:
         """Send one request to a peer of `stage` (chosen by the router unless `peer` is given)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from distributed import Client, LocalCluster
+from distributed import Client
 
 import labkit
 from labkit.backends.dask.dht import release
@@ -30,18 +30,11 @@ from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.model.assembly import initial_states
 from labkit.runtime.reference import train_reference
+from tests.cluster.helpers import assert_exact_accounting, wait_for_restart
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 TOL = 1e-10
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """A LocalCluster of 8 worker processes shared by this module's runs (each run releases its
-    actors when it ends; a SIGKILLed worker is restarted by its nanny)."""
-    with LocalCluster(n_workers=8, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as lc:
-        yield lc
 
 
 def _float64(small_run: RunConfig, **changes) -> RunConfig:
@@ -61,12 +54,6 @@ def _distance_to_reference(cfg: RunConfig, got: dict[str, torch.Tensor]) -> floa
     return max(float((got[k] - want[k]).abs().max()) for k in want)
 
 
-def _assert_exact_accounting(run, cfg: RunConfig) -> None:
-    steps = run.events.history("step")
-    assert steps, "no step finished"
-    assert all(s["stage_samples"] == [cfg.global_batch] * cfg.stages for s in steps)
-
-
 def test_embedded_cluster_trains_with_falling_loss(small_run: RunConfig, tmp_path: Path) -> None:
     """launch(backend="dask") with no scheduler starts its own LocalCluster of worker processes."""
     cfg = small_run.replace(stages=2, peers=2, trainers=2, steps=12)
@@ -74,7 +61,7 @@ def test_embedded_cluster_trains_with_falling_loss(small_run: RunConfig, tmp_pat
     summary = run.wait(300)
     assert summary["status"] == "finished", summary
     assert summary["val_loss_after"] < summary["val_loss_before"] - 0.3
-    _assert_exact_accounting(run, cfg)
+    assert_exact_accounting(run, cfg)
     hops = run.events.history("hop")
     assert {h["peer"] for h in hops} == {"s0p0", "s0p1", "s1p0", "s1p1"}
     assert {"events.jsonl", "summary.json", "checkpoint.pt", "config.json"} <= {p.name for p in tmp_path.iterdir()}
@@ -94,25 +81,6 @@ def test_matches_single_process_and_keeps_it_across_a_layer_split(cluster, small
     checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     assert checkpoint["config"]["layer_split"] == [3, 1]
     assert _distance_to_reference(cfg, _final_params(tmp_path)) <= TOL
-
-
-def test_sigkill_of_a_peer_worker_is_survived_exactly(cluster, small_run: RunConfig, tmp_path: Path) -> None:
-    """A peer's worker process dies by SIGKILL mid-run: its samples are recomputed, every step
-    still sums exactly the global batch, and the parameters still equal single-process training."""
-    cfg = _float64(small_run, peers=(3, 2), steps=8)
-    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
-    run.wait_for(step=2, timeout=120)
-    victim = next(p for p in run.state()["stages"][0]["peers"] if p["peer"] == "s0p1")
-    with Client(cluster.scheduler_address) as client:
-        pids = client.run(os.getpid)
-    os.kill(pids[victim["worker"]], signal.SIGKILL)
-    summary = run.wait(300)
-    assert summary["status"] == "finished", summary
-    killed = [e for e in run.events.history("peer") if e["state"] == "killed"]
-    assert [e["peer"] for e in killed] == ["s0p1"], killed
-    _assert_exact_accounting(run, cfg)
-    assert _distance_to_reference(cfg, _final_params(tmp_path)) <= TOL
-    _wait_for_restart(cluster)
 
 
 def _fail_at_averaging(method: str, how: str, dask_worker=None) -> None:
@@ -152,23 +120,15 @@ def test_a_peer_failing_mid_average_is_dropped_with_exact_accounting(cluster, sm
     killed = [e for e in run.events.history("peer") if e["state"] == "killed"]
     assert [e["peer"] for e in killed] == ["s1p1"], killed
     assert f"{method} failed at the step boundary" in killed[0]["reason"], killed
-    _assert_exact_accounting(run, cfg)
+    assert_exact_accounting(run, cfg)
     assert _distance_to_reference(cfg, _final_params(tmp_path)) <= TOL
-    _wait_for_restart(cluster)
-
-
-def _wait_for_restart(cluster) -> None:
-    """After a SIGKILL the nanny restarts the worker under a new address: wait for it, so that the
-    next run of the shared cluster does not place an actor on the dead one (a known race: an actor
-    pinned to a worker that died meanwhile waits for START_TIMEOUT)."""
-    with Client(cluster.scheduler_address) as client:
-        client.wait_for_workers(8, timeout=120)
+    wait_for_restart(cluster)
 
 
 def _call_stale(address: str, key: str) -> str:
     """On a worker, as a trainer would: one request to the peer actor `key`; what came of it."""
     try:
-        return RemotePeer("s0p0", 0, key, peer_actor(address, key)).call("echo", "ping").result(10)
+        return RemotePeer("s0p0", 0, key, address, peer_actor(address, key)).call("echo", "ping").result(10)
     except Exception as exc:
         return type(exc).__name__
 
@@ -184,7 +144,7 @@ def test_a_stale_handle_on_a_stopped_peer_fails_at_once(cluster) -> None:
     with Client(cluster.scheduler_address) as client:
         host, trainer = sorted(cluster_workers(client))[:2]
         try:
-            peer = RemotePeer("s0p0", 0, key, owner=client.submit(PeerActor, run_id, key, "s0p0", 0, cfg, state, 0.0, [],
+            peer = RemotePeer("s0p0", 0, key, host, owner=client.submit(PeerActor, run_id, key, "s0p0", 0, cfg, state, 0.0, [],
                                                                   None, key=key, actor=True, workers=[host],
                                                                   allow_other_workers=False))
             peer.actor  # started
@@ -226,7 +186,7 @@ def test_add_peer_downloads_its_neighbours_state_bit_for_bit(cluster, small_run:
         run.stop()
     summary = run.wait(120)
     assert summary["status"] == "stopped", summary
-    _assert_exact_accounting(run, cfg)
+    assert_exact_accounting(run, cfg)
 
 
 def test_rebalancing_moves_a_peer_to_the_slow_stage(cluster, small_run: RunConfig) -> None:
@@ -243,7 +203,7 @@ def test_rebalancing_moves_a_peer_to_the_slow_stage(cluster, small_run: RunConfi
     finally:
         run.stop()
     assert run.wait(120)["status"] == "stopped"
-    _assert_exact_accounting(run, cfg)
+    assert_exact_accounting(run, cfg)
 
 
 @pytest.fixture
@@ -292,7 +252,7 @@ def test_external_scheduler_and_a_worker_joining_mid_run(external_cluster, small
     finally:
         run.stop()
     assert run.wait(120)["status"] == "stopped"
-    _assert_exact_accounting(run, cfg)
+    assert_exact_accounting(run, cfg)
 
 
 def test_bad_scheduler_address_is_one_clear_error(small_run: RunConfig) -> None:
@@ -315,4 +275,4 @@ def test_diloco_averages_pseudo_gradients_across_processes(cluster, small_run: R
     syncs = run.events.history("sync")
     assert [(e["step"], e["stage"], e["kind"], e["peers"]) for e in syncs] == [
         (2, 0, "diloco", 2), (2, 1, "diloco", 2), (4, 0, "diloco", 2), (4, 1, "diloco", 2)]
-    _assert_exact_accounting(run, cfg)
+    assert_exact_accounting(run, cfg)

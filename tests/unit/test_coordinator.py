@@ -25,14 +25,14 @@ def _coordinator(cfg: RunConfig = CFG) -> tuple[Coordinator, FakePeers, EventLog
 def _play_step(c: Coordinator, peers: FakePeers, route: dict[int, list[str]], grad: float = 1.0) -> None:
     """Hand out every microbatch of the step; microbatch i goes to route[stage][i % len]."""
     index = 0
-    while (work := c.next_task()) is not None and not c.ledger.ready():
+    while (work := c.next_task("t0")) is not None and not c.ledger.ready():
         task, _ = work
         credits = {}
         for stage in task.stages:
             name = route[stage][index % len(route[stage])]
             peers.made[name].accumulate([grad, 2 * grad], c.cfg.microbatch)
             credits[stage] = name
-        c.finish(task, credits, loss=0.5)
+        c.finish("t0", task, credits, loss=0.5)
         index += 1
         if c.ledger.ready():
             return
@@ -75,7 +75,7 @@ def test_a_peer_failing_while_sums_are_gathered_is_evicted_and_its_samples_recom
     assert killed["peer"] == "s0p1" and killed["lost_samples"] == 4
     assert "gradients failed at the step boundary" in killed["reason"]
     assert not log.history("step") and not c.ledger.ready(), "no step without the lost samples"
-    task, _ = c.next_task()
+    task, _ = c.next_task("t0")
     assert task.stages == frozenset({0}), "only the stage that lost the samples recomputes them"
 
 

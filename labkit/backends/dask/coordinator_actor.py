@@ -54,15 +54,16 @@ class CoordinatorActor:
         return await asyncio.wrap_future(await self._off(self.run.snapshot))
 
     # -- for trainers --------------------------------------------------------------------------
-    async def next_task(self) -> Any:
+    async def next_task(self, trainer: str) -> Any:
         coordinator = await self._off(self.run.coordinator)
-        return await self._off(coordinator.next_task)
+        return await self._off(coordinator.next_task, trainer)
 
-    async def finish(self, task: Any, credits: dict[int, str], loss: float | None, hops: list[dict[str, Any]]) -> None:
+    async def finish(self, trainer: str, task: Any, credits: dict[int, str], loss: float | None,
+                     hops: list[dict[str, Any]]) -> None:
         coordinator = self.run.coordinator()
         for event in hops:
             coordinator.emit(event)
-        await self._off(coordinator.finish, task, credits, loss)
+        await self._off(coordinator.finish, trainer, task, credits, loss)
 
     async def trainer_call(self, name: str, *args: Any) -> Any:
         """A trainer's report, carried out on the pool (it may wait for the coordinator's lock,

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from labkit.runtime.coordinator import Coordinator
 
 
+WORKER_CHECK = 0.5  # seconds between asking the scheduler which workers are still there
+
+
 class NoFreeWorker(RuntimeError):
     """The cluster has no worker left for a new peer."""
 
@@ -44,7 +47,7 @@ class RemoteTrainer:
         f = self.fleet
         self._future = f.client.submit(TrainerActor, f.run_id, self.name, f.cfg, f.coordinator_actor, f.dht_peers,
                                        f.t0_wall, actor=True, workers=[self.worker], allow_other_workers=False,
-                                       key=f"labkit-trainer-{f.run_id}-{self.name}")
+                                       key=f"labkit-trainer-{f.run_id}-{self.name}-{uuid.uuid4().hex[:8]}")
 
     def join(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -66,7 +69,7 @@ class DaskPeers:
 
     def __init__(self, cfg: RunConfig, *, client: Client, run_id: str, coordinator: tuple[type, str, str],
                  host: str) -> None:
-        self.cfg, self.client, self.run_id, self.coordinator_actor = cfg, client, run_id, coordinator
+        self.cfg, self.client, self.run_id, self.coordinator_actor, self.host = cfg, client, run_id, coordinator, host
         here = coordinator[1]
         self.t0_wall = time.time()
         self.directory = StageDirectory(node_for(run_id, [], host), run_id, cfg.stages)
@@ -121,7 +124,7 @@ class DaskPeers:
                                     self.dht_peers, origin, key=key, actor=True, workers=[worker],
                                     allow_other_workers=False)
         future.add_done_callback(lambda f: self._started(name, f))
-        peer = RemotePeer(name, stage, key, None, self._announcement, self._withdraw, delay, owner=future)
+        peer = RemotePeer(name, stage, key, worker, None, self._announcement, self._withdraw, delay, owner=future)
         if running:
             try:
                 self._wait_announced([peer])
@@ -172,9 +175,47 @@ class DaskPeers:
 
     # -- life cycle ----------------------------------------------------------------------------
     def started(self) -> None:
-        """Wait for the first peers (they start in parallel) to be announced, then watch them."""
+        """Wait for the first peers (they start in parallel) to be announced, then watch them:
+        the DHT for silent peers and new workers, the scheduler for workers that left."""
         self._wait_announced(list(self.coordinator.members.peers.values()))
         threading.Thread(target=self._watch, name="labkit-watch", daemon=True).start()
+        threading.Thread(target=self._watch_workers, name="labkit-watch-workers", daemon=True).start()
+
+    def _watch_workers(self) -> None:
+        """Every `WORKER_CHECK` seconds, ask the scheduler which workers it has: a worker that left
+        (a SIGKILLed process is removed within about a second) takes its peer or trainer with it.
+        Its waiting requests fail at once, then the coordinator evicts it as for any crash."""
+        c = self.coordinator
+        while not c.stopped.wait(WORKER_CHECK):
+            try:
+                workers = cluster_workers(self.client)
+            except Exception:  # the scheduler is busy: ask again
+                continue
+            for worker, what in list(self._placed.items()):
+                if worker not in workers and what != "coordinator":
+                    self._worker_left(worker, what)
+
+    def _worker_left(self, worker: str, what: str) -> None:
+        c = self.coordinator
+        reason = f"its Dask worker {worker} left the cluster"
+        del self._placed[worker]
+        trainer = next((t for t in c.trainers if t.name == what and isinstance(t, RemoteTrainer)), None)
+        if trainer is not None:
+            c.trainer_lost(what, reason)
+            self._restart(trainer)
+            return
+        peer = c.members.peer(what)
+        if isinstance(peer, RemotePeer) and peer.worker == worker:
+            peer.crashed()  # requests waiting on it fail now, even while the boundary holds the lock
+            c.members.evict(what, reason)
+
+    def _restart(self, trainer: RemoteTrainer) -> None:
+        """Start a lost trainer again, under its name, on a free worker (or the coordinator's)."""
+        coordinator = next(w for w, what in self._placed.items() if what == "coordinator")
+        worker, = trainer_workers(cluster_workers(self.client), self._placed, 1, coordinator)
+        self._placed.setdefault(worker, trainer.name)
+        trainer.worker = worker
+        trainer.start()
 
     def _watch(self) -> None:
         """Every announce period: read the DHT, evict peers silent for `ANNOUNCE_TTL`, and give
@@ -200,7 +241,11 @@ class DaskPeers:
         except Exception:
             return
         for worker in joined:
+            if c.stopped.is_set():
+                return
             try:
+                # outside the coordinator's lock: the worker imports torch and joins the DHT (seconds)
+                self.client.run(join, self.run_id, self.dht_peers, self.host, workers=[worker])
                 name = c.members.add_peer(None)
             except Exception as exc:  # e.g. the worker left again before the peer started
                 c.emit(events.setting(c.clock(), name="worker_unused", value=f"{worker}: {type(exc).__name__}: {exc}"))

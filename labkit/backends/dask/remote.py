@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import Any
 
 from distributed.actor import Actor
 
 from labkit.backends.dask.dht import ANNOUNCE_TTL
+from labkit.runtime.peer import PeerDied
 
 # Enough threads for every request one process has outstanding at once (a trainer has one; the
 # coordinator's step boundary has one per peer).
@@ -24,20 +25,26 @@ START_TIMEOUT = 120.0  # seconds a new actor may take to start (a worker's first
 
 
 class RemotePeer:
-    """A peer of `stage` served by the actor `key` (`actor`); `announced` reads its latest DHT record.
+    """A peer of `stage` served by the actor `key` on the worker at `worker`; `announced` reads
+    its latest DHT record.
 
     The handle that starts the actor passes its Dask future as `owner` instead of `actor`: the
     actor lives while the handle holds the future, until the peer stops, and requests wait for it
-    to start (so many peers can start at once)."""
+    to start (so many peers can start at once). Once the peer is killed or its worker is gone
+    (`crashed`), every request still waiting fails at once with `PeerDied`, whatever the wire
+    does: no caller waits on a dead process."""
 
-    def __init__(self, name: str, stage: int, key: str, actor: Actor | None = None,
-                 announced: Callable[[str], dict[str, Any]] | None = None, on_kill: Callable[[RemotePeer], None] | None = None,
-                 delay: float = 0.0, owner: Any = None) -> None:
-        self.name, self.stage, self.key, self._actor = name, stage, key, actor
+    def __init__(self, name: str, stage: int, key: str, worker: str, actor: Actor | None = None,
+                 announced: Callable[[str], dict[str, Any]] | None = None,
+                 on_kill: Callable[[RemotePeer], None] | None = None, delay: float = 0.0, owner: Any = None) -> None:
+        self.name, self.stage, self.key, self.worker, self._actor = name, stage, key, worker, actor
         self.delay = delay
         self._owner = owner
         self._announced = announced or (lambda name: {})
         self._on_kill = on_kill
+        self._lock = threading.Lock()
+        self._waiting: set[Future] = set()  # requests not answered yet
+        self._dead = False
 
     @property
     def actor(self) -> Actor:
@@ -46,14 +53,35 @@ class RemotePeer:
             self._actor = self._owner.result(START_TIMEOUT)
         return self._actor
 
-    @property
-    def worker(self) -> str:
-        """Address of the Dask worker that hosts the peer."""
-        return self.actor._address
-
     def call(self, method: str, *args: Any) -> Future:
         """Queue `method(*args)` on the remote peer; the future resolves to its result."""
-        return _CALLS.submit(lambda: self.actor.call(method, *args).result())
+        out: Future = Future()
+        with self._lock:
+            if self._dead:
+                out.set_exception(PeerDied(self.name))
+                return out
+            self._waiting.add(out)
+        _CALLS.submit(self._send, out, method, args)
+        return out
+
+    def _send(self, out: Future, method: str, args: tuple) -> None:
+        try:
+            result = self.actor.call(method, *args).result()
+        except Exception as exc:
+            _settle(out, exc=exc)
+        else:
+            _settle(out, result=result)
+        finally:
+            with self._lock:
+                self._waiting.discard(out)
+
+    def crashed(self) -> None:
+        """The peer is gone: fail every waiting request now, and every later one at once."""
+        with self._lock:
+            self._dead = True
+            waiting, self._waiting = list(self._waiting), set()
+        for out in waiting:
+            _settle(out, exc=PeerDied(self.name))
 
     @property
     def queue_length(self) -> int:
@@ -69,6 +97,7 @@ class RemotePeer:
 
     def kill(self) -> None:
         """Crash the peer if its process still answers (it may be gone already); never blocks."""
+        self.crashed()
         if self._on_kill is not None:
             self._on_kill(self)
         _CALLS.submit(self._stop, True)
@@ -92,3 +121,14 @@ class RemotePeer:
         request to a stopped actor fails at once (`PeerDied`), while one to a released actor never
         returns (distributed 2026.8 drops the worker's KeyError instead of raising it)."""
         self._owner = None
+
+
+def _settle(out: Future, *, result: Any = None, exc: BaseException | None = None) -> None:
+    """Resolve `out` unless it is resolved already (a crash may have failed it first)."""
+    try:
+        if exc is not None:
+            out.set_exception(exc)
+        else:
+            out.set_result(result)
+    except InvalidStateError:
+        pass

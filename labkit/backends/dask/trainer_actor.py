@@ -27,11 +27,17 @@ from labkit.swarm.ledger import Task
 
 class DhtDirectory:
     """Peers as the DHT announces them, re-read twice per announce period (a failed read keeps
-    the last view); remembers which actor instance of each name it last handed out."""
+    the last view); remembers which actor instance of each name it last handed out.
+
+    A handle whose record is gone (the coordinator withdrew a dead or departed peer, or it went
+    silent) is crashed: a request still waiting on it fails at once instead of waiting for the
+    wire to time out (Dask retries a refused connection for 30 s). Should the record come back,
+    a fresh handle is made."""
 
     def __init__(self, run_id: str, cfg: RunConfig, dht_peers: list[str]) -> None:
         self._directory = StageDirectory(node_for(run_id, dht_peers), run_id, cfg.stages)
         self._announced: dict[str, dict[str, Any]] = self._directory.discover()
+        self._lock = threading.Lock()
         self._handles: dict[tuple[str, str], RemotePeer] = {}
         self._instances: dict[str, int] = {}  # actor key -> the order this directory first saw it in
         self.called: dict[str, str] = {}  # peer name -> actor key of the handle last given out
@@ -41,9 +47,15 @@ class DhtDirectory:
     def _refresh(self) -> None:
         while not self._stop.wait(ANNOUNCE_PERIOD / 2):
             try:
-                self._announced = self._directory.discover()
+                announced = self._directory.discover()
             except Exception:
                 continue
+            live = {(info["address"], info["key"]) for info in announced.values()}
+            with self._lock:
+                self._announced = announced
+                gone = [self._handles.pop(h) for h in list(self._handles) if h not in live]
+            for handle in gone:
+                handle.crashed()
 
     def close(self) -> None:
         self._stop.set()
@@ -59,10 +71,12 @@ class DhtDirectory:
         if info is None:
             return None
         handle = (info["address"], info["key"])
-        if handle not in self._handles:
-            self._handles[handle] = RemotePeer(name, int(info["stage"]), info["key"], peer_actor(*handle))
-        self.called[name] = info["key"]
-        return self._handles[handle]
+        with self._lock:
+            if handle not in self._handles:
+                self._handles[handle] = RemotePeer(name, int(info["stage"]), info["key"], info["address"],
+                                                   peer_actor(*handle))
+            self.called[name] = info["key"]
+            return self._handles[handle]
 
 
 class CoordinatorClient:
@@ -79,12 +93,12 @@ class CoordinatorClient:
     def emit(self, event: events.Event) -> None:
         self._events.append(event)
 
-    def next_task(self) -> tuple[Task, str] | None:
-        return self._coordinator.next_task().result()
+    def next_task(self, trainer: str) -> tuple[Task, str] | None:
+        return self._coordinator.next_task(trainer).result()
 
-    def finish(self, task: Task, credits: dict[int, str], loss: float | None) -> None:
+    def finish(self, trainer: str, task: Task, credits: dict[int, str], loss: float | None) -> None:
         batch, self._events = self._events, []
-        self._coordinator.finish(task, credits, loss, batch).result()
+        self._coordinator.finish(trainer, task, credits, loss, batch).result()
 
     def stage_empty(self, stage: int) -> None:
         self._coordinator.trainer_call("stage_empty", stage).result()

@@ -1,0 +1,132 @@
+"""Faults on the Dask backend are real: worker processes die by SIGKILL (by pid) mid-run.
+
+A dead worker is noticed within seconds (the scheduler drops it; the run watches the scheduler),
+the requests waiting on it fail at once, its microbatches are recomputed, and the run neither
+stalls nor loses or doubles a sample. `state()` answers while it happens, a restarted worker takes
+a peer, and the final checkpoint resumes. (A kill during the step boundary is
+test_dask_backend.py::test_a_peer_failing_mid_average_is_dropped_with_exact_accounting.)
+
+Bounds: detection is asserted under `DETECT_SECONDS` and the longest gap between steps under
+`STALL_SECONDS`; on a quiet 2-core machine both are a few seconds (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from distributed import Client
+
+import labkit
+from labkit.config import ModelConfig, RunConfig
+from labkit.data import WindowSampler, load_corpus
+from labkit.model import assemble
+from labkit.runtime.reference import train_reference
+from tests.cluster.helpers import assert_exact_accounting, wait_for_restart
+
+pytestmark = pytest.mark.slow
+DETECT_SECONDS = 15.0  # a kill to its `killed` event, on a loaded CI machine
+STALL_SECONDS = 30.0  # the longest gap between two steps of a run that loses workers
+
+
+def _kill_worker(cluster, address: str) -> float:
+    """SIGKILL the process of the worker at `address`; returns the monotonic time of the kill."""
+    with Client(cluster.scheduler_address) as client:
+        pid = client.run(os.getpid, workers=[address])[address]
+    os.kill(pid, signal.SIGKILL)
+    return time.monotonic()
+
+
+def _worker_of(run: labkit.RunHandle, peer: str) -> str:
+    return next(p["worker"] for s in run.state()["stages"] for p in s["peers"] if p["peer"] == peer)
+
+
+def _kill_peer_worker(cluster, run: labkit.RunHandle, peer: str) -> float:
+    """Kill `peer`'s worker; returns the seconds until the run reported the peer killed."""
+    killed_at = _kill_worker(cluster, _worker_of(run, peer))
+    asked = time.monotonic()
+    run.state()
+    assert time.monotonic() - asked < 5, "state() must answer while a worker dies"
+    event = run.wait_for(event={"type": "peer", "peer": peer, "state": "killed"}, timeout=60)
+    detected = time.monotonic() - killed_at
+    assert detected < DETECT_SECONDS, f"{peer}'s death was noticed after {detected:.1f} s ({event['reason']})"
+    return detected
+
+
+def _longest_stall(run: labkit.RunHandle) -> float:
+    times = [e["t"] for e in run.events.history("step")]
+    return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+
+
+def _resumes(run_dir: Path, cfg: RunConfig) -> None:
+    """The final checkpoint is usable: an in-process run resumes from it and takes a step."""
+    step = torch.load(run_dir / "checkpoint.pt", weights_only=False)["step"]
+    resumed = labkit.launch(cfg.replace(steps=step + 1), resume=run_dir / "checkpoint.pt")
+    assert resumed.wait(120)["status"] == "finished"
+    assert [e["step"] for e in resumed.events.history("step")] == [step + 1]
+
+
+def test_a_killed_peer_worker_is_noticed_fast_and_survived_exactly(cluster, small_run: RunConfig,
+                                                                   tmp_path: Path) -> None:
+    """One SIGKILL: noticed within seconds, no stall, and training still equals the
+    single-process loop (float64)."""
+    cfg = small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=(3, 2),
+                            trainers=2, steps=8)
+    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
+    run.wait_for(step=2, timeout=120)
+    detected = _kill_peer_worker(cluster, run, "s0p1")
+    summary = run.wait(300)
+    assert summary["status"] == "finished", summary
+    killed = [e for e in run.events.history("peer") if e["state"] == "killed"]
+    assert [e["peer"] for e in killed] == ["s0p1"], killed
+    assert_exact_accounting(run, cfg)
+    assert _longest_stall(run) < STALL_SECONDS, _longest_stall(run)
+    model, _ = train_reference(cfg, WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed))
+    got = assemble([s["params"] for s in torch.load(tmp_path / "checkpoint.pt", weights_only=False)["stages"]])
+    assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
+    print(f"detection: one kill {detected:.2f} s")
+    wait_for_restart(cluster)
+
+
+def test_three_kills_and_a_trainer_kill_in_a_row(cluster, small_run: RunConfig, tmp_path: Path) -> None:
+    """Three peer workers die one after another (a live peer stays in every stage), then a
+    trainer's worker: each is noticed within seconds, its work recomputed, the restarted workers
+    take peers, and the run stops on request with exact accounting and a checkpoint that resumes."""
+    cfg = small_run.replace(stages=2, peers=(3, 2), trainers=2, steps=500)
+    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
+    try:
+        run.wait_for(step=2, timeout=120)
+        detected = []
+        for victim in ("s0p1", "s1p0", "s0p2"):
+            detected.append(_kill_peer_worker(cluster, run, victim))
+            run.wait_for(step=run.state()["step"] + 1, timeout=STALL_SECONDS)
+        with Client(cluster.scheduler_address) as client:
+            trainers = client.run(_trainer_names)
+        worker, names = next((w, n) for w, n in trainers.items() if n)
+        killed_at = _kill_worker(cluster, worker)
+        lost = run.wait_for(event={"type": "setting", "name": "trainer_lost"}, timeout=60)
+        detected.append(time.monotonic() - killed_at)
+        assert lost["value"].startswith(names[0]) and detected[-1] < DETECT_SECONDS, (lost, detected)
+        run.wait_for(step=run.state()["step"] + 2, timeout=STALL_SECONDS)
+        joined = run.wait_for(event={"type": "setting", "name": "worker_joined"}, timeout=120)
+        run.wait_for(event={"type": "hop", "peer": joined["value"].split(" serves ")[1]}, timeout=60)
+    finally:
+        run.stop()
+    summary = run.wait(120)
+    assert summary["status"] == "stopped", summary
+    assert_exact_accounting(run, cfg)
+    assert _longest_stall(run) < STALL_SECONDS, _longest_stall(run)
+    _resumes(tmp_path, cfg)
+    print("detection: " + ", ".join(f"{s:.2f} s" for s in detected))
+    wait_for_restart(cluster)
+
+
+def _trainer_names(dask_worker=None) -> list[str]:
+    """On a worker: the names of the trainers it runs (one at most)."""
+    from labkit.backends.dask.trainer_actor import TrainerActor
+
+    return [a.trainer.name for a in dask_worker.state.actors.values() if isinstance(a, TrainerActor)]
