@@ -37,7 +37,7 @@ import torch
 from overhead import plain_tokens_per_second, workload_config, workload_parser
 
 import labkit
-from labkit.backends.dask.handle import connect
+from labkit.backends.dask.connect import connect
 from labkit.config import RunConfig
 from labkit.data import WindowSampler, load_corpus
 

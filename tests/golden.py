@@ -42,12 +42,13 @@ def relative_difference(got: float, want: float) -> float:
     return abs(got - want) / abs(want)
 
 
-def check_backend(backend: str, timeout: float) -> float:
-    """Launch the golden config on `backend`, wait, and assert its step and validation losses equal
-    the golden ones to `REL_TOL`; returns the largest relative difference seen."""
+def check_backend(backend: str, timeout: float, **options: str) -> float:
+    """Launch the golden config on `backend` (with `options`, e.g. a scheduler), wait, and assert
+    its step and validation losses equal the golden ones to `REL_TOL`; returns the largest
+    relative difference seen."""
     golden = load_golden()
     cfg = RunConfig.from_dict(golden["config"])
-    run = labkit.launch(cfg, backend=backend)
+    run = labkit.launch(cfg, backend=backend, **options)
     summary = run.wait(timeout)
     if not run.done:
         run.stop()  # leave no run training (or cluster running) behind a failed test

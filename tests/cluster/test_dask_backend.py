@@ -10,12 +10,14 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from distributed import Client
@@ -54,10 +56,31 @@ def _distance_to_reference(cfg: RunConfig, got: dict[str, torch.Tensor]) -> floa
     return max(float((got[k] - want[k]).abs().max()) for k in want)
 
 
+def _listeners_off_loopback() -> list[str]:
+    """TCP listeners and bound UDP sockets of this process and its descendants (scheduler,
+    workers, hivemind's p2pd daemons) whose address is not loopback."""
+    me = psutil.Process()
+    found = []
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            sockets = process.net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        for c in sockets:
+            listening = c.status == psutil.CONN_LISTEN or (c.type == socket.SOCK_DGRAM and not c.raddr)
+            if listening and c.laddr.ip not in ("127.0.0.1", "::1"):
+                found.append(f"{process.name()} pid {process.pid} {c.type.name} {c.laddr.ip}:{c.laddr.port}")
+    return found
+
+
 def test_embedded_cluster_trains_with_falling_loss(small_run: RunConfig, tmp_path: Path) -> None:
-    """launch(backend="dask") with no scheduler starts its own LocalCluster of worker processes."""
+    """launch(backend="dask") with no scheduler starts its own LocalCluster of worker processes,
+    and nothing of it (scheduler, workers, dashboard, DHT daemons; TCP or UDP) listens off loopback."""
     cfg = small_run.replace(stages=2, peers=2, trainers=2, steps=12)
     run = labkit.launch(cfg, backend="dask", run_dir=tmp_path)
+    run.wait_for(step=1, timeout=300)
+    exposed = _listeners_off_loopback()
+    assert not exposed, f"a default run listens beyond loopback: {exposed}"
     summary = run.wait(300)
     assert summary["status"] == "finished", summary
     assert summary["val_loss_after"] < summary["val_loss_before"] - 0.3

@@ -24,17 +24,22 @@ from hivemind.dht.node import DHTNode
 ANNOUNCE_PERIOD = 1.0  # seconds between a peer's refreshes
 ANNOUNCE_TTL = 8.0  # a record expires this long after its refresh: a silent peer is gone by then
 _TIMEOUT = 30.0  # seconds a DHT operation may take before it is an error
+LOOPBACK = ("127.0.0.1", "localhost")
 
 
 class DhtNode:
-    """One hivemind DHT node, listening on `host` (loopback unless configured otherwise)."""
+    """One hivemind DHT node, listening on `host` (loopback unless configured otherwise).
+
+    On loopback the libp2p daemon's NAT port mapping and AutoNAT are off: they bind UDP sockets
+    on every interface (UPnP / NAT-PMP discovery), which a loopback run must not expose."""
 
     def __init__(self, initial_peers: list[str], host: str = "127.0.0.1") -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="labkit-dht", daemon=True)
         self._thread.start()
+        nat = {} if host not in LOOPBACK else {"nat_port_map": False, "auto_nat": False}
         self._node: DHTNode = self._run(DHTNode.create(initial_peers=initial_peers, host_maddrs=[f"/ip4/{host}/tcp/0"],
-                                                       cache_locally=False, cache_on_store=False))
+                                                       cache_locally=False, cache_on_store=False, **nat))
 
     def _run(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(_TIMEOUT)

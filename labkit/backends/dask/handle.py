@@ -17,9 +17,9 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from distributed import Client, LocalCluster
 
 from labkit import events
+from labkit.backends.dask.connect import connect
 from labkit.backends.dask.coordinator_actor import CoordinatorActor
 from labkit.backends.dask.placement import coordinator_worker
 from labkit.backends.dask.remote import START_TIMEOUT
@@ -31,23 +31,6 @@ from labkit.runtime.local_run import resumed_config
 from labkit.runtime.ports import RunEnded
 
 POLL_SECONDS = 0.2  # how often the handle fetches new events from the coordinator
-CONNECT_TIMEOUT = 10  # seconds to reach a given scheduler
-SPARE_WORKERS = 1  # an embedded cluster's workers beyond peers, trainers and coordinator: room for add_peer
-
-
-def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> tuple[Client, LocalCluster | None]:
-    """A client of the cluster at `scheduler`, or of a new embedded `LocalCluster` of worker
-    processes: one per peer and trainer, one for the coordinator and `SPARE_WORKERS` more."""
-    if scheduler is None:
-        workers = sum(cfg.peers_per_stage) + cfg.trainers + 1 + SPARE_WORKERS
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
-                               dashboard_address=f"{host}:0")
-        return Client(cluster), cluster
-    try:
-        return Client(scheduler, timeout=CONNECT_TIMEOUT), None
-    except OSError as exc:
-        raise ConnectionError(f"scheduler={scheduler!r} cannot be reached: {exc}; give the address `dask scheduler` "
-                              f"prints, like tcp://10.0.0.5:8786") from exc
 
 
 def _warm_up() -> None:

@@ -1,0 +1,71 @@
+"""Reaching a cluster: an embedded `LocalCluster`, or a scheduler at an address, within a bound.
+
+A scheduler address may hold something else (an HTTP server, a socket that never answers):
+Dask's client then hangs in its handshake or fails with an unrelated error. Connecting runs with
+a hard deadline, and a failure says what answered at the address.
+"""
+
+from __future__ import annotations
+
+import socket
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from urllib.parse import urlparse
+
+from distributed import Client, LocalCluster
+
+from labkit.config import RunConfig
+
+CONNECT_TIMEOUT = 10  # seconds to reach a given scheduler
+SPARE_WORKERS = 1  # an embedded cluster's workers beyond peers, trainers and coordinator: room for add_peer
+_HINT = "give the address `dask scheduler` prints, like tcp://10.0.0.5:8786"
+
+
+def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> tuple[Client, LocalCluster | None]:
+    """A client of the cluster at `scheduler`, or of a new embedded `LocalCluster` of worker
+    processes: one per peer and trainer, one for the coordinator and `SPARE_WORKERS` more."""
+    if scheduler is None:
+        workers = sum(cfg.peers_per_stage) + cfg.trainers + 1 + SPARE_WORKERS
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
+                               dashboard_address=f"{host}:0")
+        return Client(cluster), cluster
+    pool = ThreadPoolExecutor(1, thread_name_prefix="labkit-connect")
+    attempt = pool.submit(Client, scheduler, timeout=CONNECT_TIMEOUT)
+    pool.shutdown(wait=False)
+    try:
+        return attempt.result(CONNECT_TIMEOUT + 5), None
+    except FutureTimeout:
+        attempt.add_done_callback(_close_late_client)
+        raise ConnectionError(f"scheduler={scheduler!r} did not answer as a Dask scheduler within "
+                              f"{CONNECT_TIMEOUT + 5} s ({what_answers(scheduler)}); {_HINT}") from None
+    except Exception as exc:  # OSError, or garbage read as a Dask frame (MemoryError, ValueError...)
+        raise ConnectionError(f"scheduler={scheduler!r} cannot be reached as a Dask scheduler "
+                              f"({what_answers(scheduler)}: {type(exc).__name__}: {str(exc)[:120]}); {_HINT}") from None
+
+
+def _close_late_client(attempt: Future) -> None:
+    """A client that connected after we gave up on it is closed, not leaked."""
+    if attempt.exception() is None:
+        attempt.result().close()
+
+
+def what_answers(address: str, timeout: float = 2.0) -> str:
+    """What listens at `address` (tcp://host:port), in words: nothing, an HTTP server, or a
+    socket that accepts and stays silent or answers something else."""
+    parsed = urlparse(address if "://" in address else f"tcp://{address}")
+    if parsed.hostname is None or parsed.port is None:
+        return "not a tcp://host:port address"
+    try:
+        with socket.create_connection((parsed.hostname, parsed.port), timeout=timeout) as probe:
+            probe.sendall(b"HEAD / HTTP/1.0\r\n\r\n")
+            reply = probe.recv(64)
+    except ConnectionRefusedError:
+        return f"nothing listens on {parsed.hostname}:{parsed.port}"
+    except TimeoutError:
+        return "something accepted the connection but never answered"
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if reply.startswith(b"HTTP/"):
+        status = reply.splitlines()[0].decode("latin-1")
+        return f"an HTTP server answered: {status!r}"
+    return f"a non-Dask service answered {reply[:16]!r}" if reply else "something accepted and closed the connection"

@@ -1,0 +1,57 @@
+"""A scheduler address that holds something else gives one clear error, within a bound."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from labkit.backends.dask import connect as connecting
+from labkit.cli.main import main
+from labkit.config import RunConfig
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A socket that accepts connections and never answers."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.append(server.accept()[0]), daemon=True).start()
+    yield server.getsockname()[1]
+    for conn in accepted:
+        conn.close()
+    server.close()
+
+
+@pytest.fixture
+def http_port() -> Iterator[int]:
+    """An HTTP server that answers every request with 404."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def test_a_silent_socket_times_out_with_what_answered(silent_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connecting, "CONNECT_TIMEOUT", 1)
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match="did not answer as a Dask scheduler within 6 s .something accepted "
+                                              "the connection but never answered"):
+        connecting.connect(f"tcp://127.0.0.1:{silent_port}", RunConfig())
+    assert time.monotonic() - start < 15
+
+
+def test_an_http_server_is_named(http_port: int, capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connecting, "CONNECT_TIMEOUT", 1)
+    with pytest.raises(ConnectionError, match="did not answer as a Dask scheduler.*an HTTP server answered: "
+                                              ".HTTP/1.0 501"):
+        connecting.connect(f"tcp://127.0.0.1:{http_port}", RunConfig())
+    capsys.readouterr()
+    assert main(["train", "--scheduler", f"tcp://127.0.0.1:{http_port}", "--steps", "1", "--no-progress"]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("labkit")]
+    assert len(err) == 1 and "an HTTP server answered" in err[0], err
