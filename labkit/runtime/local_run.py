@@ -7,7 +7,6 @@ totals, snapshots at step boundaries, the summary and the final checkpoint.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from labkit.model.assembly import initial_states
 from labkit.runtime.checkpoint import load_checkpoint
 from labkit.runtime.coordinator import Coordinator
 from labkit.runtime.evaluate import Validation
+from labkit.runtime.files import write_json
 from labkit.runtime.handle import RunHandle, Snapshot, open_record
 from labkit.runtime.ports import PeerFactory
 from labkit.runtime.totals import RunTotals
@@ -111,7 +111,7 @@ class LocalRun(RunHandle):
             future.set_result(self._capture())
         if self.run_dir:
             self._summary["checkpoint"] = str(self._capture().save(self.run_dir / "checkpoint.pt"))
-            (self.run_dir / "summary.json").write_text(json.dumps(self._summary, indent=2))
+            write_json(self.run_dir / "summary.json", self._summary, "summary")
         self.events.emit(events.run(c.clock(), state=status, reason=self._summary.get("error", "")))
 
     def coordinator(self) -> Coordinator:
