@@ -12,9 +12,13 @@ import queue
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from labkit.config import (INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES, ConfigError, DataConfig,
                            ModelConfig, RunConfig, SyncConfig)
+
+if TYPE_CHECKING:
+    from labkit.runtime.handle import RunHandle
 
 
 def _split(text: str) -> tuple[int, ...]:
@@ -93,6 +97,33 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     )
 
 
+def new_run_dir(root: Path, stamp: str) -> Path:
+    """A new empty directory `root/stamp`, or `root/stamp-2`, `-3`, ... when taken (runs started
+    in the same second); made here, so two runs starting at once never get the same one."""
+    n = 1
+    while True:
+        path = root / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            n += 1
+
+
+def _launch(args: argparse.Namespace, cfg: RunConfig) -> tuple[RunHandle, Path]:
+    """Launch the run into --run-dir, or into a new `runs/<date-time>` (removed again if the launch fails)."""
+    import labkit
+
+    run_dir = args.run_dir or new_run_dir(Path("runs"), time.strftime("%Y%m%d-%H%M%S"))
+    try:
+        run = labkit.launch(cfg, backend=args.backend, scheduler=args.scheduler, run_dir=run_dir, resume=args.resume)
+    except Exception:
+        if args.run_dir is None:
+            run_dir.rmdir()  # still empty: the launch failed before claiming it
+        raise
+    return run, run_dir
+
+
 def run_train(args: argparse.Namespace) -> int:
     """Launch the run, draw its progress from the event stream, print the summary."""
     try:
@@ -111,12 +142,9 @@ def run_train(args: argparse.Namespace) -> int:
         return 2
     from tqdm import tqdm
 
-    import labkit
-
-    run_dir = args.run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     try:
-        run = labkit.launch(cfg, backend=args.backend, scheduler=args.scheduler, run_dir=run_dir, resume=args.resume)
-    except (ValueError, FileNotFoundError) as exc:
+        run, run_dir = _launch(args, cfg)
+    except (ValueError, OSError) as exc:
         print(f"labkit train: error: {exc}", file=sys.stderr)
         return 2
     print(f"labkit: {cfg.model.size} model ({cfg.model.num_params():,} parameters), {cfg.stages} stages x "

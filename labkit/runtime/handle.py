@@ -33,7 +33,7 @@ from labkit.config import WIRE_CODECS, RunConfig, SyncConfig
 from labkit.events import Event, hop_line
 from labkit.runtime.checkpoint import save_checkpoint
 from labkit.runtime.eventlog import EventLog
-from labkit.runtime.files import write_json
+from labkit.runtime.files import claim, write_json
 
 # The steering verbs every backend forwards to its coordinator (the rest are served by the handle).
 STEERING_VERBS = ("stop", "kill_peer", "add_peer", "move_peer", "rebalance", "set_layer_split", "set_peer_delay",
@@ -62,11 +62,11 @@ def matches(event: Event, match: EventMatch) -> bool:
 
 
 def open_record(cfg: RunConfig, run_dir: str | Path | None, trace: bool) -> tuple[Path | None, EventLog]:
-    """The run directory (created, with `config.json`) and the event log (`events.jsonl` there,
-    hops printed if `trace`) of a run starting with `cfg`."""
-    path = Path(run_dir) if run_dir is not None else None
+    """The run directory (claimed for this run, refused if it holds another run: see `files.claim`;
+    with `config.json`) and the event log (`events.jsonl` there, hops printed if `trace`) of a run
+    starting with `cfg`."""
+    path = claim(Path(run_dir)) if run_dir is not None else None
     if path:
-        path.mkdir(parents=True, exist_ok=True)
         write_json(path / "config.json", cfg.to_dict(), "config")
     log = EventLog(path / "events.jsonl" if path else None)
     if trace:

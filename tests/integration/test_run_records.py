@@ -1,4 +1,4 @@
-"""What a run leaves behind: files written whole."""
+"""What a run leaves behind: a run directory of its own (never another run's), files written whole."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import pytest
 import torch
 
 import labkit
+from labkit.cli.main import main
+from labkit.cli.train import new_run_dir
 from labkit.config import RunConfig
 
 RUN_FILES = {"config.json", "events.jsonl", "summary.json", "checkpoint.pt"}
@@ -15,6 +17,64 @@ RUN_FILES = {"config.json", "events.jsonl", "summary.json", "checkpoint.pt"}
 
 def _contents(run_dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in run_dir.iterdir()}
+
+
+def _train(*flags: str, steps: int = 3) -> int:
+    """`labkit train` in this process, small and quiet."""
+    return main(["train", "--steps", str(steps), "--seq-len", "32", "--global-batch", "16", "--microbatch", "4",
+                 "--eval-every", "0", "--no-progress", *flags])
+
+
+def test_a_run_never_writes_into_a_directory_holding_another_run(small_run: RunConfig, tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    assert labkit.launch(small_run, run_dir=first).wait(120)["status"] == "finished"
+    kept = _contents(first)
+    assert set(kept) == RUN_FILES
+    for resume in (None, first / "checkpoint.pt"):
+        with pytest.raises(FileExistsError) as refused:
+            labkit.launch(small_run.replace(steps=6), run_dir=first, resume=resume)
+        assert str(first) in str(refused.value) and f"--resume {first / 'checkpoint.pt'}" in str(refused.value)
+    assert _contents(first) == kept
+    second = tmp_path / "second"
+    resumed = labkit.launch(small_run.replace(steps=6), run_dir=second, resume=first / "checkpoint.pt")
+    assert resumed.wait(120)["status"] == "finished"
+    assert _contents(first) == kept and set(_contents(second)) == RUN_FILES
+    assert torch.load(second / "checkpoint.pt", weights_only=False)["step"] == 6
+
+
+def test_a_file_is_refused_as_run_directory_and_an_empty_directory_is_taken(small_run: RunConfig,
+                                                                            tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    with pytest.raises(NotADirectoryError, match=f"run_dir {str(notes)!r} is a file"):
+        labkit.launch(small_run, run_dir=notes)
+    assert notes.read_text() == "mine"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert labkit.launch(small_run, run_dir=empty).wait(120)["status"] == "finished"
+    assert set(_contents(empty)) == RUN_FILES
+
+
+def test_the_cli_refuses_a_used_run_dir_and_resumes_into_a_new_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert _train("--run-dir", "first") == 0
+    kept = _contents(tmp_path / "first")
+    capsys.readouterr()
+    assert _train("--run-dir", "first") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'first'" in err[0] and "--resume first/checkpoint.pt" in err[0], err
+    assert _train("--resume", "first/checkpoint.pt", steps=5) == 0
+    assert _contents(tmp_path / "first") == kept
+    (made,) = (tmp_path / "runs").iterdir()
+    assert set(_contents(made)) == RUN_FILES
+    assert torch.load(made / "checkpoint.pt", weights_only=False)["step"] == 5
+
+
+def test_default_run_directories_of_the_same_second_are_numbered(tmp_path: Path) -> None:
+    made = [new_run_dir(tmp_path, "20261124-070001") for _ in range(3)]
+    assert [p.name for p in made] == ["20261124-070001", "20261124-070001-2", "20261124-070001-3"]
+    assert all(p.is_dir() and not any(p.iterdir()) for p in made)
 
 
 def test_a_failed_checkpoint_says_why_and_leaves_no_temporary_file(small_run: RunConfig, tmp_path: Path) -> None:
