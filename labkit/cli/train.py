@@ -12,7 +12,7 @@ import queue
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from labkit.config import (INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES, ConfigError, DataConfig,
                            ModelConfig, RunConfig, SyncConfig)
@@ -181,8 +181,17 @@ def run_train(args: argparse.Namespace) -> int:
     print(json.dumps({k: summary.get(k) for k in ("status", "steps", "val_loss_before", "val_loss_after",
                                                   "tokens_per_second", "seconds", "pipeline_bytes_total",
                                                   "dp_bytes_total")}, indent=None))
+    return _report(summary, run_dir)
+
+
+def _report(summary: dict[str, Any], run_dir: Path) -> int:
+    """Say how the run ended; the exit code: 0 finished or stopped, 1 failed or diverged."""
     if summary.get("status") == "failed":
         print(f"labkit train: error: {summary.get('error')}", file=sys.stderr)
+        return 1
+    if summary.get("status") == "diverged":
+        print(f"labkit train: error: the run diverged: {summary.get('reason')}, saved in {summary.get('checkpoint')}",
+              file=sys.stderr)
         return 1
     before, after = summary.get("val_loss_before"), summary.get("val_loss_after")
     if before is not None and after is not None:

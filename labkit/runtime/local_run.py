@@ -70,7 +70,7 @@ class LocalRun(RunHandle):
             self._coordinator = c
             self._ready.set()
             c.start(corpus.describe())
-            while not c.finished.wait(0.2) and not self._stop.is_set():
+            while not c.stopped.wait(0.2) and not self._stop.is_set():
                 pass
             c.stop()
             c.join()
@@ -99,12 +99,22 @@ class LocalRun(RunHandle):
         c = self._coordinator
         return Snapshot(c.cfg.replace(sync=c.schedule.cfg), c.ledger.step, list(c.snapshots))
 
+    def _status(self, c: Coordinator) -> str:
+        """How the run ended: failed (an error), diverged (a non-finite loss), finished or stopped."""
+        if c.error is not None:
+            return "failed"
+        if self._totals.diverged is not None:
+            return "diverged"
+        return "finished" if c.finished.is_set() else "stopped"
+
     def _finish(self, c: Coordinator, corpus: str) -> None:
-        status = "failed" if c.error is not None else "finished" if c.finished.is_set() else "stopped"
+        status = self._status(c)
         self._summary = {"status": status, "steps": c.ledger.step, **self._totals.summary(),
                          "seconds": time.perf_counter() - self._started, "corpus": corpus}
         if c.error is not None:
             self._summary["error"] = f"{type(c.error).__name__}: {c.error}"
+        if status == "diverged":
+            self._summary["reason"] = self._totals.diverged
         with self._lock:  # requests no boundary will serve any more get the final state
             pending, self._snapshots, self._final = self._snapshots, [], True
         for future in pending:
@@ -112,7 +122,8 @@ class LocalRun(RunHandle):
         if self.run_dir:
             self._summary["checkpoint"] = str(self._capture().save(self.run_dir / "checkpoint.pt"))
             write_json(self.run_dir / "summary.json", self._summary, "summary")
-        self.events.emit(events.run(c.clock(), state=status, reason=self._summary.get("error", "")))
+        reason = self._summary.get("error") or self._summary.get("reason", "")
+        self.events.emit(events.run(c.clock(), state=status, reason=reason))
 
     def coordinator(self) -> Coordinator:
         """The run's coordinator, once it exists (raises if the run failed to start)."""

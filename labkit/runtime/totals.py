@@ -1,7 +1,7 @@
 """Running totals of a run, folded from its events as they are emitted.
 
 The event history is bounded; the summary must not be. Totals keep what the summary needs:
-first and last validation loss, tokens and training time, bytes per stage, kills.
+first and last validation loss, tokens and training time, bytes per stage, kills, divergence.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ class RunTotals:
         self.pipeline = [0] * num_stages
         self.dp = [0] * num_stages
         self.killed = 0
+        self.diverged: str | None = None  # the reason of the run's first `diverged` event
 
     def add(self, e: Event) -> None:
         """Fold one event in."""
@@ -45,6 +46,8 @@ class RunTotals:
             self.val_last = e["val_loss"]
         elif kind == "peer" and e["state"] == "killed":
             self.killed += 1
+        elif kind == "run" and e["state"] == "diverged" and self.diverged is None:
+            self.diverged = e["reason"]
 
     def summary(self) -> dict[str, Any]:
         """The summary figures: losses, tokens and throughput, bytes per stage and in total."""

@@ -1,7 +1,10 @@
-"""What a run leaves behind: a run directory of its own (never another run's), files written whole."""
+"""What a run leaves behind: a run directory of its own (never another run's), files written
+whole, a diverged run stopped with its last good state."""
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from labkit.cli.train import new_run_dir
 from labkit.config import RunConfig
 
 RUN_FILES = {"config.json", "events.jsonl", "summary.json", "checkpoint.pt"}
+DIVERGING = {"optimizer": "sgd", "lr": 10.0, "warmup_steps": 0}  # nano's loss is not finite within ~8 steps
 
 
 def _contents(run_dir: Path) -> dict[str, bytes]:
@@ -91,3 +95,28 @@ def test_a_failed_checkpoint_says_why_and_leaves_no_temporary_file(small_run: Ru
     assert run.wait(120)["status"] == "stopped"
     assert not list(tmp_path.rglob("*.tmp"))
     assert set(_contents(tmp_path / "run")) == RUN_FILES
+
+
+def test_a_diverged_run_stops_and_keeps_its_last_good_state(small_run: RunConfig, tmp_path: Path) -> None:
+    run = labkit.launch(small_run.replace(steps=40, **DIVERGING), run_dir=tmp_path / "run")
+    summary = run.wait(180)
+    assert summary["status"] == "diverged", summary
+    steps = summary["steps"]
+    assert 1 <= steps < 40
+    said = [e["reason"] for e in run.events.history("run") if e["state"] == "diverged"]
+    assert said and re.match(rf"(the training loss of )?step {steps + 1}\b.* (is|was) [-\w.+]+", said[0]), said
+    assert summary["reason"] == said[0] and f"keeps the state of step {steps}" in said[0]
+    losses = [e["loss"] for e in run.events.history("step")]
+    assert len(losses) == steps and all(math.isfinite(loss) for loss in losses)
+    assert summary["train_loss_last"] == losses[-1]
+    saved = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
+    assert saved["step"] == steps
+    assert all(torch.isfinite(t).all() for stage in saved["stages"] for t in stage["params"].values())
+
+
+def test_the_cli_exits_1_with_one_line_when_the_run_diverges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = _train("--optimizer", "sgd", "--lr", "10", "--warmup-steps", "0", "--run-dir", "run", steps=40)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and "diverged" in err[0] and "run/checkpoint.pt" in err[0], err
