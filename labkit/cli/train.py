@@ -1,7 +1,8 @@
 """`labkit train`: the main job. With no flags, nano on the stdlib corpus, 2 stages x 2 peers.
 
-Shows a progress bar (step, loss, tokens/s), reports validation loss before and after, and
-leaves a run directory with events.jsonl, summary.json, config.json and checkpoint.pt.
+Shows a progress bar (step, loss, tokens/s), reports validation loss before and where the run
+ended, and leaves a run directory with events.jsonl, summary.json, config.json and checkpoint.pt.
+Exits 0 when the run finished or was stopped (Ctrl-C), 1 when it failed or diverged, 2 on a bad flag.
 """
 
 from __future__ import annotations
@@ -193,7 +194,16 @@ def _report(summary: dict[str, Any], run_dir: Path) -> int:
         print(f"labkit train: error: the run diverged: {summary.get('reason')}, saved in {summary.get('checkpoint')}",
               file=sys.stderr)
         return 1
-    before, after = summary.get("val_loss_before"), summary.get("val_loss_after")
-    if before is not None and after is not None:
-        print(f"validation loss {before:.3f} -> {after:.3f} nats/byte; run directory: {run_dir}")
+    print(f"{_validation(summary)}; run directory: {run_dir}")
     return 0
+
+
+def _validation(summary: dict[str, Any]) -> str:
+    """The validation losses the run measured: before, and where it ended (finished or stopped)."""
+    before, after = summary.get("val_loss_before"), summary.get("val_loss_after")
+    where = f"at step {summary.get('steps')} ({summary.get('status')})"
+    if before is None:
+        return f"validation loss not measured {where}"
+    if after is None:
+        return f"validation loss {before:.3f} nats/byte before, not measured {where}"
+    return f"validation loss {before:.3f} -> {after:.3f} nats/byte {where}"

@@ -76,7 +76,7 @@ class LocalRun(RunHandle):
             c.join()
             self._finish(c, corpus.describe())
         except Exception as exc:
-            self._summary = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+            self._summary = {"status": "failed", **self._totals.summary(None), "error": f"{type(exc).__name__}: {exc}"}
             self.events.emit(events.run(time.perf_counter() - self._started, state="failed",
                                         reason=self._summary["error"]))
             self._ready.set()
@@ -109,7 +109,10 @@ class LocalRun(RunHandle):
 
     def _finish(self, c: Coordinator, corpus: str) -> None:
         status = self._status(c)
-        self._summary = {"status": status, "steps": c.ledger.step, **self._totals.summary(),
+        if status != "failed" and self._totals.val_step != c.ledger.step:
+            c.evaluate()  # stopped (or diverged) between evaluations: measure the state it ends with
+        ended_at = None if status == "failed" else c.ledger.step
+        self._summary = {"status": status, "steps": c.ledger.step, **self._totals.summary(ended_at),
                          "seconds": time.perf_counter() - self._started, "corpus": corpus}
         if c.error is not None:
             self._summary["error"] = f"{type(c.error).__name__}: {c.error}"

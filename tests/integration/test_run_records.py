@@ -1,5 +1,5 @@
 """What a run leaves behind: a run directory of its own (never another run's), files written
-whole, a diverged run stopped with its last good state."""
+whole, a diverged run stopped with its last good state, a validation loss measured where it ended."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 import labkit
 from labkit.cli.main import main
 from labkit.cli.train import new_run_dir
-from labkit.config import RunConfig
+from labkit.config import DataConfig, RunConfig
 
 RUN_FILES = {"config.json", "events.jsonl", "summary.json", "checkpoint.pt"}
 DIVERGING = {"optimizer": "sgd", "lr": 10.0, "warmup_steps": 0}  # nano's loss is not finite within ~8 steps
@@ -120,3 +120,19 @@ def test_the_cli_exits_1_with_one_line_when_the_run_diverges(tmp_path: Path, mon
     code = _train("--optimizer", "sgd", "--lr", "10", "--warmup-steps", "0", "--run-dir", "run", steps=40)
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and "diverged" in err[0] and "run/checkpoint.pt" in err[0], err
+
+
+def test_a_stopped_run_measures_its_validation_loss_where_it_stopped(small_run: RunConfig) -> None:
+    run = labkit.launch(small_run.replace(steps=500))
+    run.wait_for(step=5)
+    run.stop()
+    summary = run.wait(120)
+    assert summary["status"] == "stopped"
+    last = run.events.history("eval")[-1]
+    assert last["step"] == summary["steps"] >= 5
+    assert summary["val_loss_after"] == last["val_loss"] < summary["val_loss_before"]
+
+
+def test_a_failed_run_measures_no_validation_loss_after(small_run: RunConfig, tmp_path: Path) -> None:
+    summary = labkit.launch(small_run.replace(data=DataConfig(path=str(tmp_path / "missing")))).wait(60)
+    assert summary["status"] == "failed" and "val_loss_after" in summary and summary["val_loss_after"] is None
