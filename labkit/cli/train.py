@@ -12,6 +12,7 @@ import json
 import queue
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,7 +121,8 @@ def _launch(args: argparse.Namespace, cfg: RunConfig) -> tuple[RunHandle, Path]:
         run = labkit.launch(cfg, backend=args.backend, scheduler=args.scheduler, run_dir=run_dir, resume=args.resume)
     except Exception:
         if args.run_dir is None:
-            run_dir.rmdir()  # still empty: the launch failed before claiming it
+            with suppress(OSError):
+                run_dir.rmdir()  # made for this run: removed unless the launch wrote into it
         raise
     return run, run_dir
 
