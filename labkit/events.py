@@ -13,7 +13,7 @@ Event = dict[str, Any]
 
 DIRECTIONS = ("forward", "backward")
 PEER_STATES = ("joined", "alive", "banned", "killed", "moved", "left")
-RUN_STATES = ("started", "paused", "resumed", "finished", "stopped", "failed")
+RUN_STATES = ("started", "paused", "resumed", "finished", "stopped", "diverged", "failed")
 
 
 def hop(t: float, *, trainer: str, stage: int, peer: str, direction: str, nbytes: int, seconds: float, microbatch: int) -> Event:

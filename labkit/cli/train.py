@@ -1,7 +1,8 @@
 """`labkit train`: the main job. With no flags, nano on the stdlib corpus, 2 stages x 2 peers.
 
-Shows a progress bar (step, loss, tokens/s), reports validation loss before and after, and
-leaves a run directory with events.jsonl, summary.json, config.json and checkpoint.pt.
+Shows a progress bar (step, loss, tokens/s), reports validation loss before and where the run
+ended, and leaves a run directory with events.jsonl, summary.json, config.json and checkpoint.pt.
+Exits 0 when the run finished or was stopped (Ctrl-C), 1 when it failed or diverged, 2 on a bad flag.
 """
 
 from __future__ import annotations
@@ -11,10 +12,15 @@ import json
 import queue
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from labkit.config import (INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES, ConfigError, DataConfig,
                            ModelConfig, RunConfig, SyncConfig)
+
+if TYPE_CHECKING:
+    from labkit.runtime.handle import RunHandle
 
 
 def _split(text: str) -> tuple[int, ...]:
@@ -93,6 +99,34 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     )
 
 
+def new_run_dir(root: Path, stamp: str) -> Path:
+    """A new empty directory `root/stamp`, or `root/stamp-2`, `-3`, ... when taken (runs started
+    in the same second); made here, so two runs starting at once never get the same one."""
+    n = 1
+    while True:
+        path = root / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            n += 1
+
+
+def _launch(args: argparse.Namespace, cfg: RunConfig) -> tuple[RunHandle, Path]:
+    """Launch the run into --run-dir, or into a new `runs/<date-time>` (removed again if the launch fails)."""
+    import labkit
+
+    run_dir = args.run_dir or new_run_dir(Path("runs"), time.strftime("%Y%m%d-%H%M%S"))
+    try:
+        run = labkit.launch(cfg, backend=args.backend, scheduler=args.scheduler, run_dir=run_dir, resume=args.resume)
+    except Exception:
+        if args.run_dir is None:
+            with suppress(OSError):
+                run_dir.rmdir()  # made for this run: removed unless the launch wrote into it
+        raise
+    return run, run_dir
+
+
 def run_train(args: argparse.Namespace) -> int:
     """Launch the run, draw its progress from the event stream, print the summary."""
     try:
@@ -111,12 +145,9 @@ def run_train(args: argparse.Namespace) -> int:
         return 2
     from tqdm import tqdm
 
-    import labkit
-
-    run_dir = args.run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     try:
-        run = labkit.launch(cfg, backend=args.backend, scheduler=args.scheduler, run_dir=run_dir, resume=args.resume)
-    except (ValueError, FileNotFoundError) as exc:
+        run, run_dir = _launch(args, cfg)
+    except (ValueError, OSError) as exc:
         print(f"labkit train: error: {exc}", file=sys.stderr)
         return 2
     print(f"labkit: {cfg.model.size} model ({cfg.model.num_params():,} parameters), {cfg.stages} stages x "
@@ -153,10 +184,28 @@ def run_train(args: argparse.Namespace) -> int:
     print(json.dumps({k: summary.get(k) for k in ("status", "steps", "val_loss_before", "val_loss_after",
                                                   "tokens_per_second", "seconds", "pipeline_bytes_total",
                                                   "dp_bytes_total")}, indent=None))
+    return _report(summary, run_dir)
+
+
+def _report(summary: dict[str, Any], run_dir: Path) -> int:
+    """Say how the run ended; the exit code: 0 finished or stopped, 1 failed or diverged."""
     if summary.get("status") == "failed":
         print(f"labkit train: error: {summary.get('error')}", file=sys.stderr)
         return 1
-    before, after = summary.get("val_loss_before"), summary.get("val_loss_after")
-    if before is not None and after is not None:
-        print(f"validation loss {before:.3f} -> {after:.3f} nats/byte; run directory: {run_dir}")
+    if summary.get("status") == "diverged":
+        print(f"labkit train: error: the run diverged: {summary.get('reason')}, saved in {summary.get('checkpoint')}",
+              file=sys.stderr)
+        return 1
+    print(f"{_validation(summary)}; run directory: {run_dir}")
     return 0
+
+
+def _validation(summary: dict[str, Any]) -> str:
+    """The validation losses the run measured: before, and where it ended (finished or stopped)."""
+    before, after = summary.get("val_loss_before"), summary.get("val_loss_after")
+    where = f"at step {summary.get('steps')} ({summary.get('status')})"
+    if before is None:
+        return f"validation loss not measured {where}"
+    if after is None:
+        return f"validation loss {before:.3f} nats/byte before, not measured {where}"
+    return f"validation loss {before:.3f} -> {after:.3f} nats/byte {where}"

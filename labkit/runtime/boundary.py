@@ -8,7 +8,8 @@ step is credited at every stage. In six steps:
 3. decide  — the sync schedule says all-reduce, a DiLoCo inner step, an outer step, a switch;
 4. reduce  — sum the stage's gradients (or average DiLoCo's pseudo-gradients by samples);
 5. apply   — every peer of the stage applies the same step;
-6. commit  — record each stage's state, re-cut the layers if asked, advance the ledger, emit events.
+6. commit  — record each stage's state, re-cut the layers if asked, advance the ledger, emit events
+   (a step whose loss or new parameters are not finite is not committed: the run has diverged).
 
 A peer that fails while its sums are gathered is evicted and the boundary is abandoned: its
 samples are recomputed by the survivors and the boundary runs again. A peer that fails while the
@@ -18,7 +19,10 @@ at once (they may live in other processes).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from labkit import events
 from labkit.config import SyncConfig
@@ -122,18 +126,19 @@ def _emit_sync(c: Coordinator, step: int, stage: int, kind: str, peers: int, ten
 
 
 def _commit(c: Coordinator, step: int, stage_samples: list[int]) -> None:
-    """Record the stages' new states, re-cut if asked, advance the ledger, emit, evaluate."""
-    firsts = [c.members.live(stage)[:1] for stage in range(c.cfg.stages)]
-    for p in c.members.peers.values():
-        p.call("drop_stash")  # activations of abandoned attempts
-    states = iter(gather(c, "state", [(first[0], ()) for first in firsts if first]))
-    for stage, first in enumerate(firsts):
-        state = next(states) if first else None
-        if state is not None:
-            c.snapshots[stage] = state
+    """Record the stages' new states, re-cut if asked, advance the ledger, emit, evaluate; a step
+    whose loss or new parameters are not finite is not committed: the run has diverged."""
+    loss = c.ledger.loss()
+    states = _new_states(c) if math.isfinite(loss) else {}
+    divergence = _divergence(step, loss, states)
+    if divergence is not None:
+        _diverged(c, step, divergence)
+        return
+    for stage, state in states.items():
+        c.snapshots[stage] = state
     if c.new_split is not None:
         _apply_split(c, c.new_split)
-    c.last_loss = c.ledger.loss()
+    c.last_loss = loss
     c.ledger.advance()
     now = c.clock()
     c.emit(events.step(now, step=step + 1, loss=c.last_loss, samples=c.cfg.global_batch,
@@ -154,6 +159,44 @@ def _commit(c: Coordinator, step: int, stage_samples: list[int]) -> None:
     if done:
         c.finished.set()
         c.stop()
+
+
+def _new_states(c: Coordinator) -> dict[int, dict[str, Any]]:
+    """Each stage's state after the step, copied from its first live peer (a stage without one,
+    or whose peer fails now, keeps the state committed before)."""
+    firsts = [c.members.live(stage)[:1] for stage in range(c.cfg.stages)]
+    for p in c.members.peers.values():
+        p.call("drop_stash")  # activations of abandoned attempts
+    taken = iter(gather(c, "state", [(first[0], ()) for first in firsts if first]))
+    states = {}
+    for stage, first in enumerate(firsts):
+        state = next(taken) if first else None
+        if state is not None:
+            states[stage] = state
+    return states
+
+
+def _divergence(step: int, loss: float, states: dict[int, dict[str, Any]]) -> str | None:
+    """Why step `step + 1` diverged (its training loss, or a stage's new parameters, not finite);
+    None if it did not."""
+    if not math.isfinite(loss):
+        return f"the training loss of step {step + 1} is {loss}"
+    for stage, state in states.items():
+        if not all(torch.isfinite(t).all() for t in state["params"].values() if _is_float(t)):
+            return f"step {step + 1} left stage {stage}'s parameters not finite (its training loss was {loss:.4g})"
+    return None
+
+
+def _is_float(value: Any) -> bool:
+    """A floating-point tensor (a state dict may hold other values)."""
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
+def _diverged(c: Coordinator, step: int, why: str) -> None:
+    """Stop the run; the states committed at the last boundary stay the run's state (its final
+    checkpoint): the step's new states are never recorded."""
+    c.emit(events.run(c.clock(), state="diverged", reason=f"{why}; the run keeps the state of step {step}"))
+    c.stop()
 
 
 def _apply_split(c: Coordinator, split: tuple[int, ...]) -> None:

@@ -12,19 +12,16 @@ from typing import Any
 import torch
 
 from labkit.config import RunConfig
+from labkit.runtime.files import write_atomic
 
 FORMAT = "labkit-checkpoint-1"
 
 
 def save_checkpoint(path: str | Path, cfg: RunConfig, step: int, stages: list[dict[str, Any]]) -> Path:
-    """Write a checkpoint atomically (temporary file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save({"format": FORMAT, "config": cfg.to_dict(), "step": step, "stages": stages,
-                "torch_rng": torch.get_rng_state()}, tmp)
-    tmp.replace(path)
-    return path
+    """Write a checkpoint atomically (temporary file, then rename; see `write_atomic`)."""
+    data = {"format": FORMAT, "config": cfg.to_dict(), "step": step, "stages": stages,
+            "torch_rng": torch.get_rng_state()}
+    return write_atomic(path, lambda tmp: torch.save(data, tmp), "checkpoint")
 
 
 def load_checkpoint(path: str | Path, cfg: RunConfig) -> dict[str, Any]:

@@ -20,7 +20,6 @@ written once, here, with its argument checks.
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
@@ -34,6 +33,7 @@ from labkit.config import WIRE_CODECS, RunConfig, SyncConfig
 from labkit.events import Event, hop_line
 from labkit.runtime.checkpoint import save_checkpoint
 from labkit.runtime.eventlog import EventLog
+from labkit.runtime.files import claim, write_json
 
 # The steering verbs every backend forwards to its coordinator (the rest are served by the handle).
 STEERING_VERBS = ("stop", "kill_peer", "add_peer", "move_peer", "rebalance", "set_layer_split", "set_peer_delay",
@@ -62,12 +62,12 @@ def matches(event: Event, match: EventMatch) -> bool:
 
 
 def open_record(cfg: RunConfig, run_dir: str | Path | None, trace: bool) -> tuple[Path | None, EventLog]:
-    """The run directory (created, with `config.json`) and the event log (`events.jsonl` there,
-    hops printed if `trace`) of a run starting with `cfg`."""
-    path = Path(run_dir) if run_dir is not None else None
+    """The run directory (claimed for this run, refused if it holds another run: see `files.claim`;
+    with `config.json`) and the event log (`events.jsonl` there, hops printed if `trace`) of a run
+    starting with `cfg`."""
+    path = claim(Path(run_dir)) if run_dir is not None else None
     if path:
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+        write_json(path / "config.json", cfg.to_dict(), "config")
     log = EventLog(path / "events.jsonl" if path else None)
     if trace:
         trace_hops(log)

@@ -7,7 +7,6 @@ totals, snapshots at step boundaries, the summary and the final checkpoint.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from labkit.model.assembly import initial_states
 from labkit.runtime.checkpoint import load_checkpoint
 from labkit.runtime.coordinator import Coordinator
 from labkit.runtime.evaluate import Validation
+from labkit.runtime.files import write_json
 from labkit.runtime.handle import RunHandle, Snapshot, open_record
 from labkit.runtime.ports import PeerFactory
 from labkit.runtime.totals import RunTotals
@@ -70,13 +70,13 @@ class LocalRun(RunHandle):
             self._coordinator = c
             self._ready.set()
             c.start(corpus.describe())
-            while not c.finished.wait(0.2) and not self._stop.is_set():
+            while not c.stopped.wait(0.2) and not self._stop.is_set():
                 pass
             c.stop()
             c.join()
             self._finish(c, corpus.describe())
         except Exception as exc:
-            self._summary = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+            self._summary = {"status": "failed", **self._totals.summary(None), "error": f"{type(exc).__name__}: {exc}"}
             self.events.emit(events.run(time.perf_counter() - self._started, state="failed",
                                         reason=self._summary["error"]))
             self._ready.set()
@@ -99,20 +99,34 @@ class LocalRun(RunHandle):
         c = self._coordinator
         return Snapshot(c.cfg.replace(sync=c.schedule.cfg), c.ledger.step, list(c.snapshots))
 
+    def _status(self, c: Coordinator) -> str:
+        """How the run ended: failed (an error), diverged (a non-finite loss), finished or stopped."""
+        if c.error is not None:
+            return "failed"
+        if self._totals.diverged is not None:
+            return "diverged"
+        return "finished" if c.finished.is_set() else "stopped"
+
     def _finish(self, c: Coordinator, corpus: str) -> None:
-        status = "failed" if c.error is not None else "finished" if c.finished.is_set() else "stopped"
-        self._summary = {"status": status, "steps": c.ledger.step, **self._totals.summary(),
+        status = self._status(c)
+        if status != "failed" and self._totals.val_step != c.ledger.step:
+            c.evaluate()  # stopped (or diverged) between evaluations: measure the state it ends with
+        ended_at = None if status == "failed" else c.ledger.step
+        self._summary = {"status": status, "steps": c.ledger.step, **self._totals.summary(ended_at),
                          "seconds": time.perf_counter() - self._started, "corpus": corpus}
         if c.error is not None:
             self._summary["error"] = f"{type(c.error).__name__}: {c.error}"
+        if status == "diverged":
+            self._summary["reason"] = self._totals.diverged
         with self._lock:  # requests no boundary will serve any more get the final state
             pending, self._snapshots, self._final = self._snapshots, [], True
         for future in pending:
             future.set_result(self._capture())
         if self.run_dir:
             self._summary["checkpoint"] = str(self._capture().save(self.run_dir / "checkpoint.pt"))
-            (self.run_dir / "summary.json").write_text(json.dumps(self._summary, indent=2))
-        self.events.emit(events.run(c.clock(), state=status, reason=self._summary.get("error", "")))
+            write_json(self.run_dir / "summary.json", self._summary, "summary")
+        reason = self._summary.get("error") or self._summary.get("reason", "")
+        self.events.emit(events.run(c.clock(), state=status, reason=reason))
 
     def coordinator(self) -> Coordinator:
         """The run's coordinator, once it exists (raises if the run failed to start)."""

@@ -9,7 +9,6 @@ final checkpoint locally.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -26,6 +25,7 @@ from labkit.backends.dask.remote import START_TIMEOUT
 from labkit.backends.dask.workers import cluster_workers
 from labkit.config import RunConfig
 from labkit.runtime.checkpoint import load_checkpoint
+from labkit.runtime.files import write_json
 from labkit.runtime.handle import RunHandle, open_record
 from labkit.runtime.local_run import resumed_config
 from labkit.runtime.ports import RunEnded
@@ -102,7 +102,7 @@ class DaskRun(RunHandle):
         if self.run_dir:
             snapshot = coordinator.snapshot().result(120)
             summary["checkpoint"] = str(snapshot.save(self.run_dir / "checkpoint.pt"))
-            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            write_json(self.run_dir / "summary.json", summary, "summary")
         self._summary = summary
 
     def _verb(self, name: str, *args: Any) -> Any:
