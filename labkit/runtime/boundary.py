@@ -195,7 +195,8 @@ def _is_float(value: Any) -> bool:
 def _diverged(c: Coordinator, step: int, why: str) -> None:
     """Stop the run; the states committed at the last boundary stay the run's state (its final
     checkpoint): the step's new states are never recorded."""
-    c.emit(events.run(c.clock(), state="diverged", reason=f"{why}; the run keeps the state of step {step}"))
+    c.diverged = f"{why}; the run keeps the state of step {step}"
+    c.emit(events.run(c.clock(), state="diverged", reason=c.diverged))
     c.stop()
 
 

@@ -53,6 +53,7 @@ class Coordinator:
         self.stopped = threading.Event()  # no more steps will be taken
         self.last_loss: float | None = None
         self.error: BaseException | None = None
+        self.diverged: str | None = None  # why the run stopped on a non-finite step, if it did
         self.step_hooks: list[Callable[[int], None]] = []  # called after each step, lock held
         self.held: dict[str, Task] = {}  # trainer -> the microbatch attempt it works on
         self._last_state: dict[str, Any] = {"status": "starting", "step": step, "stages": []}
@@ -192,7 +193,8 @@ class Coordinator:
     def live_or_raise(self, verb: str) -> None:
         """Refuse `verb` once the run has ended: its peers are gone."""
         if self.closed or self.stopped.is_set():
-            status = "failed" if self.error else "finished" if self.finished.is_set() else "stopped"
+            status = ("failed" if self.error else "diverged" if self.diverged else
+                      "finished" if self.finished.is_set() else "stopped")
             raise RunEnded(f"{verb} is not available: the run has ended ({status}); "
                            f"snapshot() and checkpoint() still give its final state")
 
