@@ -8,6 +8,7 @@ import time
 import pytest
 
 from labkit.backends.dask import dht
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -20,17 +21,6 @@ def two_nodes():
     first.shutdown()
 
 
-def _eventually(read, expected, timeout: float = 10.0):
-    """Poll `read()` until it equals `expected` (a DHT store reaches other nodes in milliseconds,
-    but a loaded machine can delay it); return the last value read."""
-    deadline = time.monotonic() + timeout
-    value = read()
-    while value != expected and time.monotonic() < deadline:
-        time.sleep(0.1)
-        value = read()
-    return value
-
-
 def test_announce_discover_withdraw_and_expire(two_nodes, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dht, "ANNOUNCE_TTL", 2.0)
     first, second = two_nodes
@@ -40,15 +30,15 @@ def test_announce_discover_withdraw_and_expire(two_nodes, monkeypatch: pytest.Mo
     assert mine.announce("s1p0", 1, "actor-b", {"queue": 0})
     both = {"s0p0": {"name": "s0p0", "stage": 0, "key": "actor-a", "queue": 3},
             "s1p0": {"name": "s1p0", "stage": 1, "key": "actor-b", "queue": 0}}
-    assert _eventually(theirs.discover, both) == both
+    wait_until(lambda: theirs.discover() == both, 10, "both peers to reach the other node")
     assert dht.StageDirectory(second, "run-b", 2).discover() == {}, "runs do not see each other's peers"
     assert theirs.withdraw(1, "actor-b")
-    assert _eventually(lambda: set(mine.discover()), {"s0p0"}) == {"s0p0"}, "a withdrawn peer is gone for every node"
+    wait_until(lambda: set(mine.discover()) == {"s0p0"}, 10, "a withdrawn peer to be gone for every node")
     assert mine.announce("s1p0", 1, "actor-c", {"queue": 0}), "rebuilt under the same name: a new actor key"
-    assert _eventually(lambda: mine.discover().get("s1p0", {}).get("key"), "actor-c") == "actor-c"
+    wait_until(lambda: mine.discover().get("s1p0", {}).get("key") == "actor-c", 10, "the rebuilt peer's record")
     refreshed = time.monotonic()
     assert mine.announce("s0p0", 0, "actor-a", {"queue": 1})  # a refresh replaces the record
-    assert _eventually(lambda: theirs.discover().get("s0p0", {}).get("queue"), 1) == 1
+    wait_until(lambda: theirs.discover().get("s0p0", {}).get("queue") == 1, 10, "the refreshed record")
     theirs.withdraw(1, "actor-c")
-    assert _eventually(theirs.discover, {}) == {}, "a peer that stops refreshing expires"
+    wait_until(lambda: theirs.discover() == {}, 10, "a peer that stops refreshing to expire")
     assert time.monotonic() - refreshed >= 1.5, "...at its expiration (2 s after the refresh), not before"

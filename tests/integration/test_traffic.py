@@ -36,11 +36,8 @@ def test_int8_codec_cuts_pipeline_bytes_about_fourfold(small_run: RunConfig) -> 
 
 
 def test_set_compression_mid_run_changes_hop_bytes(small_run: RunConfig) -> None:
-    import time
-
     run = labkit.launch(small_run.replace(stages=2, peers=1, steps=12))
-    while run.state()["step"] < 3:
-        time.sleep(0.005)
+    run.wait_for(step=3)
     run.set_compression("fp16")
     summary = run.wait(120)
     assert summary["status"] == "finished"

@@ -61,3 +61,17 @@ def test_bad_sync_config() -> None:
         SyncConfig(inner_steps=0)
     with pytest.raises(ConfigError, match=r"SyncConfig\.mode='gossip' is not allowed: one of \['allreduce', 'diloco'\]"):
         SyncConfig(mode="gossip")
+
+
+def test_sum_over_peers_adds_every_parameter_in_peer_order() -> None:
+    from labkit.swarm.sync import sum_over_peers
+
+    assert sum_over_peers([[1.0, 2.0], [10.0, 20.0], [100.0, 200.0]]) == [111.0, 222.0]
+    assert sum_over_peers([[3.0]]) == [3.0]
+
+
+def test_weighted_average_weights_pseudo_gradients_by_samples() -> None:
+    from labkit.swarm.sync import weighted_average
+
+    assert weighted_average({"a": [4.0, 0.0], "b": [0.0, 8.0]}, {"a": 3, "b": 1}) == [3.0, 2.0]
+    assert weighted_average({"a": [2.0], "b": [4.0]}, {"a": 0, "b": 0}) == [3.0]  # none processed: equal weights
