@@ -2,12 +2,15 @@
 
 A bad value raises `ConfigError` naming the field, the value and what is allowed; nothing is
 clamped silently. Pure Python (no torch), so the simulator and planners can read model sizes.
+`read_json` reads the JSON files the command line takes (plans, scenarios) with the same kind of error.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 
@@ -31,6 +34,26 @@ MODEL_SIZES: dict[str, tuple[int, int, int]] = {
 }
 POSITIONS = ("learned", "rotary")
 DTYPES = ("float32", "float64", "bfloat16")
+
+
+def read_json(path: str | Path, owner: str, what: str) -> Any:
+    """The JSON value in the file `path` (`what` it should be, e.g. "a plan.json"): FileNotFoundError when
+    it is missing; one ConfigError naming `owner`.path and the file when it is a folder, unreadable, not
+    UTF-8 or not JSON."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(owner, "path", str(p), f"{what}: a file, not a folder")
+    try:
+        return json.loads(p.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{owner}.path={str(p)!r}: no such file (expected {what})") from None
+    except OSError as err:
+        raise ConfigError(owner, "path", str(p), f"{what}: a readable file ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(owner, "path", str(p), f"{what}: UTF-8 text (byte {err.start} is not UTF-8)") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(owner, "path", str(p), f"{what}: valid JSON ({err.msg} at line {err.lineno} "
+                                                  f"column {err.colno})") from None
 
 
 def _check(ok: bool, owner: str, name: str, value: object, allowed: str) -> None:
@@ -59,7 +82,8 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         o = "ModelConfig"
-        _check(self.size in MODEL_SIZES, o, "size", self.size, f"one of {sorted(MODEL_SIZES)}")
+        _check(isinstance(self.size, str) and self.size in MODEL_SIZES, o, "size", self.size,
+               f"one of {sorted(MODEL_SIZES)}")
         _check(_is_int(self.seq_len) and self.seq_len >= 2, o, "seq_len", self.seq_len, "an integer >= 2")
         _check(_is_int(self.vocab_size) and self.vocab_size >= 2, o, "vocab_size", self.vocab_size, "an integer >= 2")
         _check(self.positions in POSITIONS, o, "positions", self.positions, f"one of {list(POSITIONS)}")

@@ -40,17 +40,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _from_plan(args: argparse.Namespace) -> SimScenario:
     """The scenario that runs a planner's plan on the network it was planned for."""
-    from labkit.plan.plan import Plan
     from labkit.plan.network import NetworkScenario
+    from labkit.plan.plan import Plan
     from labkit.plan.presets import NETWORK_PRESETS
     from labkit.sim.from_plan import scenario_from_plan
 
     if args.network is None:
         args.parser.error("--plan needs --network: the planner preset or scenario JSON the plan was made for")
-    try:
-        plan = Plan.from_json(args.plan.read_text())
-    except OSError as err:
-        args.parser.error(f"cannot read {args.plan}: {err.strerror}")
+    plan = Plan.load(args.plan)
     if args.network in NETWORK_PRESETS:
         network = NETWORK_PRESETS[args.network](n=sum(len(s.devices) for s in plan.stages))
     elif Path(args.network).is_file():
@@ -69,15 +66,7 @@ def _load(args: argparse.Namespace) -> SimScenario:
     elif args.preset:
         scenario = SIM_PRESETS[args.preset]()
     else:
-        try:
-            data = json.loads(args.scenario.read_text())
-        except OSError as err:
-            args.parser.error(f"cannot read {args.scenario}: {err.strerror}")
-        except json.JSONDecodeError as err:
-            args.parser.error(f"{args.scenario} is not JSON: {err.msg} at line {err.lineno}")
-        if not isinstance(data, dict):
-            args.parser.error(f"{args.scenario} must hold one JSON object")
-        scenario = SimScenario.from_dict(data)
+        scenario = SimScenario.load(args.scenario)
     changes = {k: v for k, v in (("duration", args.duration), ("seed", args.seed)) if v is not None}
     return dataclasses.replace(scenario, **changes) if changes else scenario
 
@@ -87,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
         scenario = _load(args)
         if args.max_hops < 0:
             raise ConfigError("simulate", "max_hops", args.max_hops, "an integer >= 0")
-    except (ConfigError, TypeError) as err:
+    except (ConfigError, FileNotFoundError, TypeError) as err:
         args.parser.error(str(err).splitlines()[0])
     with tqdm(total=scenario.duration, unit="s", desc=f"{scenario.name} ({args.mode})", leave=False) as bar:
         def progress(t: float) -> None:

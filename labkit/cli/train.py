@@ -100,10 +100,8 @@ def run_train(args: argparse.Namespace) -> int:
         if args.plan is not None:
             from labkit.plan.plan import Plan
 
-            if not args.plan.is_file():
-                raise ConfigError("train", "plan", str(args.plan), "a plan.json written by `labkit plan`")
-            cfg = Plan.from_json(args.plan.read_text()).run_config(cfg, max_peers_per_stage=args.max_peers)
-    except ConfigError as exc:
+            cfg = Plan.load(args.plan).run_config(cfg, max_peers_per_stage=args.max_peers)
+    except (ConfigError, FileNotFoundError) as exc:
         print(f"labkit train: error: {exc}", file=sys.stderr)
         return 2
     if args.data is not None and not Path(args.data).exists():

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
 from typing import Any
 
-from labkit.config import ConfigError
+from labkit.config import ConfigError, read_json
 from labkit.sim.hardware import DEVICES, MODELS, model_shape
 from labkit.sim.traces import ChurnModel, Trace, check_trace
 
@@ -39,7 +40,8 @@ class PeerGroup:
 
     def __post_init__(self) -> None:
         o = "PeerGroup"
-        _check(self.device in DEVICES, o, "device", self.device, f"one of {sorted(DEVICES)}")
+        _check(isinstance(self.device, str) and self.device in DEVICES, o, "device", self.device,
+               f"one of {sorted(DEVICES)}")
         _check(_int(self.count) and self.count >= 1, o, "count", self.count, "an integer >= 1")
         _check(_int(self.stage) and self.stage >= 0, o, "stage", self.stage, "an integer >= 0")
         _check(isinstance(self.region, str) and self.region != "", o, "region", self.region, "a non-empty name")
@@ -121,8 +123,8 @@ class SimScenario:
         empty = sorted(set(range(self.stages)) - {g.stage for g in self.peers})
         _check(not empty, o, "peers", f"stage {empty[0] if empty else ''} with no peers",
                f"at least one peer on every stage 0..{self.stages - 1}")
-        _check(self.join_device is None or self.join_device in DEVICES, o, "join_device", self.join_device,
-               f"None or one of {sorted(DEVICES)}")
+        _check(self.join_device is None or (isinstance(self.join_device, str) and self.join_device in DEVICES), o,
+               "join_device", self.join_device, f"None or one of {sorted(DEVICES)}")
         for name in ("trainers", "window", "microbatch", "seq_len"):
             value = getattr(self, name)
             _check(_int(value) and value >= 1, o, name, value, "an integer >= 1")
@@ -169,8 +171,9 @@ class SimScenario:
         return self.churn.trace(self.initial_peers, self.seed) if self.churn else self.trace
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SimScenario:
+    def from_dict(cls, data: Any) -> SimScenario:
         """A scenario from JSON-like data (peers, links and churn as nested dicts)."""
+        _check(isinstance(data, dict), "Scenario", "json", type(data).__name__, "an object of SimScenario fields")
         data = dict(data)
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
@@ -185,6 +188,11 @@ class SimScenario:
         if isinstance(data.get("churn"), dict):
             data["churn"] = _build(ChurnModel, data["churn"])
         return cls(**data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> SimScenario:
+        """A scenario from a JSON file; every bad file raises one ConfigError (FileNotFoundError if missing)."""
+        return cls.from_dict(read_json(path, "Scenario", "a JSON file of SimScenario fields"))
 
 
 def _build(kind: type, data: dict[str, Any]) -> Any:

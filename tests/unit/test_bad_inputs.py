@@ -4,6 +4,7 @@ traceback, a hang or a half-written run directory."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -11,14 +12,24 @@ import torch
 
 import labkit
 from labkit.cli.main import main
-from labkit.config import ModelConfig, RunConfig, SyncConfig
+from labkit.config import ConfigError, ModelConfig, RunConfig, SyncConfig
+from labkit.plan.network import NetworkScenario
+from labkit.plan.plan import Plan
 from labkit.runtime.checkpoint import load_checkpoint, save_checkpoint
+from labkit.sim.scenario import SimScenario
 
 CFG = RunConfig(model=ModelConfig(size="nano", seq_len=32), global_batch=16, microbatch=4, steps=5, eval_every=0)
 TRAIN = ["train", "--seq-len", "32", "--global-batch", "16", "--microbatch", "4", "--steps", "5", "--eval-every", "0",
          "--no-progress"]
 GARBAGE = bytes(range(256)) * 8
 NON_UTF8 = b'\xff\xfe{"a": 1}'
+PLAN = {"method": "dtfm", "scenario": "t", "time": 1.0, "parts": {"dp": 0.1, "pp": 0.2, "compute": 0.3},
+        "stages": [{"devices": ["a", "b"], "layers": 9, "roles": ["replica", "replica"]},
+                   {"devices": ["c"], "layers": 3, "roles": ["replica"]}], "links": [[["a", "c", 1.0]]]}
+NETWORK = {"name": "n", "devices": [{"name": "a"}, {"name": "b"}], "delay": [[0, 0.01], [0.01, 0]],
+           "bandwidth": [[0, 1e9], [1e9, 0]]}
+SCENARIO = {"stages": 2, "duration": 30, "peers": [{"device": "T4", "count": 2, "stage": 0},
+                                                   {"device": "T4", "count": 2, "stage": 1}]}
 
 
 def cli_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -118,3 +129,106 @@ def test_good_checkpoints_still_load_with_a_diloco_stage(tmp_path: Path) -> None
     stages = [{"params": {"w": torch.ones(2)}, "sync": SyncConfig(mode="diloco")} for _ in range(CFG.stages)]
     data = load_checkpoint(save_checkpoint(tmp_path / "c.pt", CFG, 1, stages), CFG)
     assert data["step"] == 1 and data["stages"][0]["sync"].mode == "diloco"
+
+
+# -- plan.json: `train --plan`, `simulate --plan`, Plan.load / from_json ---------------------------
+
+BAD_PLANS = {
+    "empty": "", "garbage": GARBAGE, "non_utf8": NON_UTF8, "a_list": [1, 2], "null": None, "no_stages": "-stages",
+    "stages_text": {"stages": "ab"}, "stage_a_list": {"stages": [[1], [2]]},
+    "no_layers": {"stages": [{"devices": ["a"]}]},
+    "devices_text": {"stages": [{"devices": "ab", "layers": 1}, {"devices": ["c"], "layers": 1}]},
+    "device_numbers": {"stages": [{"devices": [1], "layers": 1}, {"devices": [2], "layers": 1}]},
+    "layers_text": {"stages": [{"devices": ["a"], "layers": "3"}, {"devices": ["c"], "layers": 1}]},
+    "link_pairs": {"links": [[["a", "c"]]]}, "share_text": {"links": [[["a", "c", "half"]]]},
+    "time_text": {"time": "x"},
+    "time_nan": {"time": math.nan}, "parts_list": {"parts": [1]}, "meta_list": {"meta": [1]},
+}
+
+
+def _plan_file(tmp_path: Path, kind: str) -> Path:
+    """A plan.json spoiled as BAD_PLANS[kind] says: raw content, a removed key, or changed keys."""
+    bad = BAD_PLANS[kind]
+    if isinstance(bad, dict):
+        bad = {**PLAN, **bad}
+    elif isinstance(bad, str) and bad.startswith("-"):
+        bad = {k: v for k, v in PLAN.items() if k != bad[1:]}
+    return write(tmp_path / f"{kind}.json", bad if isinstance(bad, (bytes, str)) else json.dumps(bad))
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_PLANS))
+def test_a_bad_plan_raises_one_config_error(kind: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="Plan") as err:
+        Plan.load(_plan_file(tmp_path, kind))
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["empty", "non_utf8", "a_list", "no_stages", "share_text"])
+def test_train_and_simulate_reject_a_bad_plan_in_one_line(kind: str, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(_plan_file(tmp_path, kind))
+    assert "Plan." in cli_error([*TRAIN, "--run-dir", str(tmp_path / "run"), "--plan", path], capsys)
+    assert "Plan." in cli_error(["simulate", "--plan", path, "--network", "dtfm_regional"], capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_plan_files_that_are_not_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="not a folder"):
+        Plan.load(tmp_path)
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        Plan.load(tmp_path / "nope.json")
+    with pytest.raises(ConfigError, match="Plan.json.*JSON"):
+        Plan.from_json("{oops")
+    assert "nope.json" in cli_error([*TRAIN, "--plan", str(tmp_path / "nope.json")], capsys)
+
+
+# -- scenario files: `labkit plan SCENARIO` and `labkit simulate SCENARIO` -------------------------
+
+BAD_NETWORKS = {
+    "empty": "", "garbage": GARBAGE, "non_utf8": NON_UTF8, "a_list": [], "no_name": {"devices": [{"kind": "V100"}]},
+    "kind_list": {"devices": [{"name": "a", "kind": ["V100"]}, {"name": "b"}]}, "extra_list": {"extra": [1]},
+    "region_list": {"devices": [{"name": "a", "region": [1]}, {"name": "b"}]}, "name_list": {"name": [1]},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_NETWORKS))
+def test_a_bad_network_scenario_is_one_line(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = BAD_NETWORKS[kind]
+    path = write(tmp_path / f"{kind}.json", {**NETWORK, **bad} if isinstance(bad, dict) else bad)
+    with pytest.raises(ConfigError):
+        NetworkScenario.load(path)
+    cli_error(["plan", str(path), "--method", "random", "--stages", "1", "--out", str(tmp_path / "out")], capsys)
+    assert not (tmp_path / "out").exists()
+
+
+BAD_SCENARIOS = {
+    "empty": "", "garbage": GARBAGE, "non_utf8": NON_UTF8, "a_list": [], "null": None,
+    "device_list": {"peers": [{"device": ["T4"], "count": 1, "stage": 0}, {"device": "T4", "count": 1, "stage": 1}]},
+    "join_device_list": {"join_device": ["T4"]}, "unknown_key": {"zzz": 1}, "peers_object": {"peers": {"device": "T4"}},
+}
+HUGE_SCENARIOS = {
+    "count_huge": {"peers": [{"device": "T4", "count": 10**9, "stage": 0}, {"device": "T4", "count": 1, "stage": 1}]},
+    "duration_huge": {"duration": 1e12}, "bins_tiny": {"bin_seconds": 1e-6},
+    "rebalance_tiny": {"rebalance_period": 1e-6},
+    "trainers_huge": {"trainers": 10**9}, "window_huge": {"window": 10**9}, "trace_huge": {"trace": [[1, 10**9]]},
+    "leave_huge": {"trace": [[1, -10**9]]}, "churn_huge": {"churn": {"hours": 1e6, "join_per_hour": 1e6}},
+    "seed_huge": {"seed": 2**70},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_SCENARIOS))
+def test_a_bad_simulation_scenario_is_one_line(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = BAD_SCENARIOS[kind]
+    path = write(tmp_path / f"{kind}.json", {**SCENARIO, **bad} if isinstance(bad, dict) else bad)
+    with pytest.raises(ConfigError):
+        SimScenario.load(path)
+    cli_error(["simulate", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_scenario_paths_that_are_not_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="not a folder"):
+        SimScenario.load(tmp_path)
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        NetworkScenario.load(tmp_path / "nope.json")
+    assert "not a folder" in cli_error(["simulate", str(tmp_path)], capsys)
