@@ -14,9 +14,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from labkit.cli.args import int_in, out_dir
 from labkit.config import ConfigError
 from labkit.sim import MODES, SimScenario
-from labkit.sim.events_sim import run_events
+from labkit.sim.events_sim import MAX_HOPS, check_events, run_events
 from labkit.sim.fluid import run_fluid
 from labkit.sim.presets import SIM_PRESETS
 from labkit.sim.summary import summarize, throughput_series
@@ -28,10 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("scenario", nargs="?", type=Path, help="scenario JSON file (fields of labkit.sim.SimScenario)")
     parser.add_argument("--preset", choices=sorted(SIM_PRESETS), help="a named scenario instead of a file")
     parser.add_argument("--mode", choices=MODES, default="events", help="microbatch events or the fluid model")
-    parser.add_argument("--out", type=Path, default=Path("runs/simulate"), help="folder for the outputs")
+    parser.add_argument("--out", type=out_dir, default="runs/simulate", help="folder for the outputs")
     parser.add_argument("--duration", type=float, help="override the scenario's simulated seconds")
-    parser.add_argument("--seed", type=int, help="override the scenario's seed")
-    parser.add_argument("--max-hops", type=int, default=200_000, help="hop events kept (events mode)")
+    parser.add_argument("--seed", type=int_in(0, 2**32 - 1), help="override the scenario's seed")
+    parser.add_argument("--max-hops", type=int_in(0, MAX_HOPS, "each is an event in memory and a line on disk"),
+                        default=200_000, help=f"hop events kept (events mode; default 200000, at most {MAX_HOPS})")
     parser.add_argument("--plan", type=Path, help="simulate a plan.json from `labkit plan` (with --network)")
     parser.add_argument("--network", help="with --plan: the planner preset (sized to the plan's devices) or scenario JSON it was made for")
     parser.add_argument("--model", default="small", help="with --plan: the simulated model (default small)")
@@ -74,8 +76,8 @@ def _load(args: argparse.Namespace) -> SimScenario:
 def _run(args: argparse.Namespace) -> int:
     try:
         scenario = _load(args)
-        if args.max_hops < 0:
-            raise ConfigError("simulate", "max_hops", args.max_hops, "an integer >= 0")
+        if args.mode == "events":
+            check_events(scenario, args.max_hops)
     except (ConfigError, FileNotFoundError, TypeError) as err:
         args.parser.error(str(err).splitlines()[0])
     with tqdm(total=scenario.duration, unit="s", desc=f"{scenario.name} ({args.mode})", leave=False) as bar:

@@ -13,8 +13,11 @@ import sys
 import time
 from pathlib import Path
 
+from labkit.cli.args import int_in, out_dir
 from labkit.config import (INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES, ConfigError, DataConfig,
                            ModelConfig, RunConfig, SyncConfig)
+
+MAX_PEERS_PER_STAGE = 256  # with --plan: each peer is a thread of this process
 
 
 def _split(text: str) -> tuple[int, ...]:
@@ -66,13 +69,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=defaults.threads, help="torch threads (0: torch's default)")
     p.add_argument("--plan", type=Path, default=None, metavar="PLAN_JSON",
                    help="follow a plan from `labkit plan`: its stages, devices as peers (at most --max-peers each) and layer split")
-    p.add_argument("--max-peers", type=int, default=4, help="with --plan: peers per stage at most (each is a thread here)")
+    p.add_argument("--max-peers", type=int_in(1, MAX_PEERS_PER_STAGE, "each is a thread here"), default=4,
+                   help=f"with --plan: peers per stage at most (each is a thread here; 1 to {MAX_PEERS_PER_STAGE})")
     p.add_argument("--backend", choices=["inprocess", "dask"], default=None,
                    help="inprocess: threads of this process; dask: every peer and trainer a Dask worker process "
                         "(default: dask with --scheduler, else inprocess)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="with --backend dask: a running `dask scheduler`, e.g. tcp://10.0.0.5:8786 (default: a local cluster)")
-    p.add_argument("--run-dir", type=Path, default=None, help="output folder (default runs/<date-time>)")
+    p.add_argument("--run-dir", type=out_dir, default=None, help="output folder (default runs/<date-time>)")
     p.add_argument("--resume", type=Path, default=None, metavar="CHECKPOINT", help="continue from a checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="print one line per evaluation instead of a bar")
     p.set_defaults(handler=run_train)

@@ -32,6 +32,10 @@ DEVICE_KINDS: dict[str, tuple[float, float]] = {
     "CPU": (1e12, 64 * 2**30),
 }
 
+# Devices a planner takes on a laptop: n x n matrices are small, but Kernighan-Lin grows ~n^3
+# (512 devices: ~15 s per GA generation on 2 cores, dtfm and cluster about a minute in all).
+MAX_DEVICES = 512
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Device:

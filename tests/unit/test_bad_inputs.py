@@ -16,7 +16,10 @@ from labkit.config import ConfigError, ModelConfig, RunConfig, SyncConfig
 from labkit.plan.network import NetworkScenario
 from labkit.plan.plan import Plan
 from labkit.runtime.checkpoint import load_checkpoint, save_checkpoint
+from labkit.sim.events_sim import run_events
+from labkit.sim.presets import small_swarm
 from labkit.sim.scenario import SimScenario
+from labkit.sim.traces import ChurnModel
 
 CFG = RunConfig(model=ModelConfig(size="nano", seq_len=32), global_batch=16, microbatch=4, steps=5, eval_every=0)
 TRAIN = ["train", "--seq-len", "32", "--global-batch", "16", "--microbatch", "4", "--steps", "5", "--eval-every", "0",
@@ -232,3 +235,68 @@ def test_scenario_paths_that_are_not_files(tmp_path: Path, capsys: pytest.Captur
     with pytest.raises(FileNotFoundError, match="nope.json"):
         NetworkScenario.load(tmp_path / "nope.json")
     assert "not a folder" in cli_error(["simulate", str(tmp_path)], capsys)
+
+
+# -- output folders ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("under", [False, True], ids=["a_file", "under_a_file"])
+def test_an_output_folder_that_is_a_file_is_one_line(under: bool, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    file = write(tmp_path / "afile", "keep me")
+    out = str(file / "sub" if under else file)
+    assert "afile" in cli_error([*TRAIN, "--run-dir", out], capsys)
+    assert "afile" in cli_error(["plan", "--preset", "dtfm_regional", "--n", "8", "--out", out], capsys)
+    assert "afile" in cli_error(["simulate", "--preset", "small-swarm", "--out", out], capsys)
+    assert file.read_text() == "keep me"
+
+
+# -- size knobs: plan, simulate and train --plan ---------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["plan", "--preset", "dtfm_world", "--n", "100000000"], "argument --n: 100000000 is not allowed"),
+    (["plan", "--preset", "dtfm_world", "--n", "520"], "from 1 to 512"),
+    (["plan", "--preset", "dtfm_world", "--generations", "1000000000"], "argument --generations"),
+    (["plan", "--preset", "dtfm_world", "--layers", "1" + "0" * 400], "argument --layers"),
+    (["simulate", "--preset", "small-swarm", "--max-hops", "10000000000"], "argument --max-hops"),
+    (["simulate", "--preset", "small-swarm", "--duration", "1e12"], "Scenario.duration"),
+    (["simulate", "--preset", "small-swarm", "--seed", "-1"], "argument --seed"),
+])
+def test_absurd_sizes_are_one_line(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert needle in cli_error(argv, capsys)
+
+
+@pytest.mark.parametrize("kind", sorted(HUGE_SCENARIOS))
+def test_a_huge_simulation_scenario_is_one_line(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path / f"{kind}.json", {**SCENARIO, **HUGE_SCENARIOS[kind]})
+    with pytest.raises(ConfigError):
+        SimScenario.load(path)
+    cli_error(["simulate", str(path), "--out", str(tmp_path / "out")], capsys)
+
+
+def test_a_scenario_file_with_more_devices_than_the_planner_takes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("labkit.cli.plan.MAX_DEVICES", 1)
+    path = write(tmp_path / "two.json", NETWORK)
+    assert "at most 1 devices (it has 2)" in cli_error(["plan", str(path), "--out", str(tmp_path / "o")], capsys)
+
+
+def test_max_peers_is_at_least_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = str(write(tmp_path / "p.json", PLAN))
+    assert "argument --max-peers" in cli_error([*TRAIN, "--plan", plan, "--max-peers", "0"], capsys)
+
+
+def test_the_device_limit_is_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    assert "At most 512" in " ".join(capsys.readouterr().out.split())
+
+
+def test_simulator_api_bounds() -> None:
+    with pytest.raises(ConfigError, match="max_hops"):
+        run_events(small_swarm(), max_hops=10**10)
+    with pytest.raises(ConfigError, match="rebalance_period.*events mode"):
+        run_events(SimScenario.from_dict({**SCENARIO, "peers": [{"device": "T4", "count": 50_000, "stage": 0},
+                                                                {"device": "T4", "count": 50_000, "stage": 1}],
+                                          "duration": 6000, "rebalance_period": 60}))
+    with pytest.raises(ConfigError, match="ChurnModel.hours"):
+        ChurnModel(hours=1e9, join_per_hour=1.0)
