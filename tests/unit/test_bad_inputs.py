@@ -300,3 +300,31 @@ def test_simulator_api_bounds() -> None:
                                           "duration": 6000, "rebalance_period": 60}))
     with pytest.raises(ConfigError, match="ChurnModel.hours"):
         ChurnModel(hours=1e9, join_per_hour=1.0)
+
+
+# -- divergence bounds of the run configs --------------------------------------------------------
+
+@pytest.mark.parametrize(("owner", "field", "value", "allowed"), [
+    (RunConfig, "lr", 1e308, "<= 10"), (RunConfig, "lr", 10.5, "<= 10"), (RunConfig, "lr", math.inf, "<= 10"),
+    (RunConfig, "weight_decay", 1e300, "<= 1"), (RunConfig, "peer_timeout", 1e308, "<= 86400"),
+    (RunConfig, "rebalance_period", 1e308, "<= 86400"), (SyncConfig, "outer_lr", 100.0, "<= 2"),
+    (RunConfig, "seed", 2**70, "< 2"),
+])
+def test_absurd_numbers_are_refused_with_the_range(owner: type, field: str, value: float, allowed: str) -> None:
+    with pytest.raises(ConfigError, match=f"{owner.__name__}.{field}=.* is not allowed: .*{allowed}") as err:
+        owner(**{field: value})
+    assert err.value.field == field
+
+
+def test_sane_extremes_are_accepted() -> None:
+    RunConfig(lr=10.0, weight_decay=1.0, peer_timeout=86_400.0, rebalance_period=86_400.0)
+    SyncConfig(outer_lr=2.0)
+
+
+@pytest.mark.parametrize(("flag", "value", "needle"), [
+    ("--lr", "1e10", "RunConfig.lr=10000000000.0"), ("--outer-lr", "1e10", "SyncConfig.outer_lr"),
+    ("--rebalance-period", "1e300", "RunConfig.rebalance_period"), ("--seed", str(2**70), "RunConfig.seed"),
+])
+def test_absurd_training_flags_are_one_line(flag: str, value: str, needle: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert needle in cli_error(["train", flag, value], capsys)
