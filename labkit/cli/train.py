@@ -97,6 +97,18 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     )
 
 
+def check_data(cfg: RunConfig) -> None:
+    """Read the corpus a --data run asks for now, so a missing or too small one is a bad flag, not a failed run."""
+    from labkit.data import load_corpus
+
+    corpus = load_corpus(cfg.data)
+    window = cfg.model.seq_len + 2
+    if min(corpus.train.size, corpus.val.size) < window:
+        raise ConfigError("train", "data", cfg.data.path, f"a corpus whose train ({corpus.train.size:,} bytes) and "
+                                                          f"validation ({corpus.val.size:,}) parts each hold one "
+                                                          f"window of --seq-len + 2 = {window} bytes")
+
+
 def run_train(args: argparse.Namespace) -> int:
     """Launch the run, draw its progress from the event stream, print the summary."""
     try:
@@ -105,11 +117,10 @@ def run_train(args: argparse.Namespace) -> int:
             from labkit.plan.plan import Plan
 
             cfg = Plan.load(args.plan).run_config(cfg, max_peers_per_stage=args.max_peers)
-    except (ConfigError, FileNotFoundError) as exc:
+        if args.data is not None:
+            check_data(cfg)
+    except (ValueError, FileNotFoundError) as exc:
         print(f"labkit train: error: {exc}", file=sys.stderr)
-        return 2
-    if args.data is not None and not Path(args.data).exists():
-        print(f"labkit train: error: --data {args.data!r} does not exist: give a text file or a folder of text files", file=sys.stderr)
         return 2
     from tqdm import tqdm
 

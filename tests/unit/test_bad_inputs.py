@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ import torch
 
 import labkit
 from labkit.cli.main import main
-from labkit.config import ConfigError, ModelConfig, RunConfig, SyncConfig
+from labkit.config import ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig
+from labkit.data import load_corpus
 from labkit.plan.network import NetworkScenario
 from labkit.plan.plan import Plan
 from labkit.runtime.checkpoint import load_checkpoint, save_checkpoint
@@ -328,3 +330,35 @@ def test_sane_extremes_are_accepted() -> None:
 def test_absurd_training_flags_are_one_line(flag: str, value: str, needle: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     assert needle in cli_error(["train", flag, value], capsys)
+
+
+# -- data ----------------------------------------------------------------------------------------
+
+def test_a_single_small_text_file_is_split_by_position(tmp_path: Path) -> None:
+    book = write(tmp_path / "book.txt", bytes(range(32, 127)) * 1700)  # 161.5 KB: 3 chunks, all hashed to train
+    corpus = load_corpus(DataConfig(path=str(book)))
+    assert corpus.val.size == round(book.stat().st_size * 0.1) and corpus.train.size + corpus.val.size == 161_500
+    assert corpus.val.tobytes() == book.read_bytes()[-corpus.val.size:]
+
+
+def test_train_on_a_single_small_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    book = write(tmp_path / "book.txt", bytes(range(32, 127)) * 1700)
+    assert main([*TRAIN, "--steps", "2", "--data", str(book), "--run-dir", str(tmp_path / "run")]) == 0
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "finished"
+
+
+@pytest.mark.parametrize(("content", "needle"), [(b"", "too small"), (b"x" * 3000, "too small"),
+                                                 (b"x" * 6000, "window of --seq-len")])
+def test_too_little_data_is_a_bad_flag(content: bytes, needle: str, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    data = write(tmp_path / "small.txt", content)
+    seq = ["--seq-len", "2048"] if "window" in needle else []
+    err = cli_error([*TRAIN, *seq, "--data", str(data), "--run-dir", str(tmp_path / "run")], capsys)
+    assert needle in err and "small.txt" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_empty_folder_is_too_small(tmp_path: Path) -> None:
+    os.mkdir(tmp_path / "none")
+    with pytest.raises(ValueError, match="none is too small"):
+        load_corpus(DataConfig(path=str(tmp_path / "none")))
