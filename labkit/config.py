@@ -37,6 +37,7 @@ MAX_LR = 10.0  # peak learning rate; SGD or AdamW steps this large diverge for e
 MAX_OUTER_LR = 2.0  # DiLoCo outer learning rate; beyond 2 an outer step overshoots the peers' average
 MAX_WEIGHT_DECAY = 1.0  # decoupled decay per unit of learning rate
 MAX_WAIT = 86_400.0  # seconds: peer timeout and rebalancing period (a day)
+MAX_SEQ_LEN = 65_536  # context length; attention memory grows with its square
 DTYPES = ("float32", "float64", "bfloat16")
 
 
@@ -78,7 +79,7 @@ class ModelConfig:
     """A GPT-style decoder: pre-LayerNorm blocks, causal attention, GELU MLP, untied embeddings."""
 
     size: str = "nano"  # one of MODEL_SIZES; sets layers / heads / hidden
-    seq_len: int = 64  # context length in tokens (bytes)
+    seq_len: int = 64  # context length in tokens (bytes), at most MAX_SEQ_LEN
     vocab_size: int = 256  # byte-level vocabulary
     positions: str = "learned"  # "learned" absolute embeddings or "rotary" (RoPE)
     share_layers: bool = False  # ALBERT-style: the blocks of a stage share one block's parameters
@@ -88,7 +89,9 @@ class ModelConfig:
         o = "ModelConfig"
         _check(isinstance(self.size, str) and self.size in MODEL_SIZES, o, "size", self.size,
                f"one of {sorted(MODEL_SIZES)}")
-        _check(_is_int(self.seq_len) and self.seq_len >= 2, o, "seq_len", self.seq_len, "an integer >= 2")
+        _check(_is_int(self.seq_len) and 2 <= self.seq_len <= MAX_SEQ_LEN, o, "seq_len", self.seq_len,
+               f"an integer >= 2 and <= {MAX_SEQ_LEN}: attention keeps seq_len^2 scores per head and sample "
+               "(16 GiB each at the limit), and learned positions a seq_len x d_model table")
         _check(_is_int(self.vocab_size) and self.vocab_size >= 2, o, "vocab_size", self.vocab_size, "an integer >= 2")
         _check(self.positions in POSITIONS, o, "positions", self.positions, f"one of {list(POSITIONS)}")
         _check(isinstance(self.share_layers, bool), o, "share_layers", self.share_layers, "True or False")

@@ -310,7 +310,7 @@ def test_simulator_api_bounds() -> None:
     (RunConfig, "lr", 1e308, "<= 10"), (RunConfig, "lr", 10.5, "<= 10"), (RunConfig, "lr", math.inf, "<= 10"),
     (RunConfig, "weight_decay", 1e300, "<= 1"), (RunConfig, "peer_timeout", 1e308, "<= 86400"),
     (RunConfig, "rebalance_period", 1e308, "<= 86400"), (SyncConfig, "outer_lr", 100.0, "<= 2"),
-    (RunConfig, "seed", 2**70, "< 2"),
+    (RunConfig, "seed", 2**70, "< 2"), (ModelConfig, "seq_len", 10**8, "<= 65536"),
 ])
 def test_absurd_numbers_are_refused_with_the_range(owner: type, field: str, value: float, allowed: str) -> None:
     with pytest.raises(ConfigError, match=f"{owner.__name__}.{field}=.* is not allowed: .*{allowed}") as err:
@@ -326,6 +326,7 @@ def test_sane_extremes_are_accepted() -> None:
 @pytest.mark.parametrize(("flag", "value", "needle"), [
     ("--lr", "1e10", "RunConfig.lr=10000000000.0"), ("--outer-lr", "1e10", "SyncConfig.outer_lr"),
     ("--rebalance-period", "1e300", "RunConfig.rebalance_period"), ("--seed", str(2**70), "RunConfig.seed"),
+    ("--seq-len", "100000000", "ModelConfig.seq_len"),
 ])
 def test_absurd_training_flags_are_one_line(flag: str, value: str, needle: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
