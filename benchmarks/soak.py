@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import threading
-import time
 
 import psutil
 

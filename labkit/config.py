@@ -30,6 +30,11 @@ MODEL_SIZES: dict[str, tuple[int, int, int]] = {
     "large": (36, 20, 1280),
 }
 POSITIONS = ("learned", "rotary")
+MAX_LR = 10.0  # peak learning rate; SGD or AdamW steps this large diverge for every model here
+MAX_OUTER_LR = 2.0  # DiLoCo outer learning rate; beyond 2 an outer step overshoots the peers' average
+MAX_WEIGHT_DECAY = 1.0  # decoupled decay per unit of learning rate
+MAX_WAIT = 86_400.0  # seconds: peer timeout and rebalancing period (a day)
+MAX_SEQ_LEN = 65_536  # context length; attention memory grows with its square
 DTYPES = ("float32", "float64", "bfloat16")
 
 
@@ -51,7 +56,7 @@ class ModelConfig:
     """A GPT-style decoder: pre-LayerNorm blocks, causal attention, GELU MLP, untied embeddings."""
 
     size: str = "nano"  # one of MODEL_SIZES; sets layers / heads / hidden
-    seq_len: int = 64  # context length in tokens (bytes)
+    seq_len: int = 64  # context length in tokens (bytes), at most MAX_SEQ_LEN
     vocab_size: int = 256  # byte-level vocabulary
     positions: str = "learned"  # "learned" absolute embeddings or "rotary" (RoPE)
     share_layers: bool = False  # ALBERT-style: the blocks of a stage share one block's parameters
@@ -59,8 +64,11 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         o = "ModelConfig"
-        _check(self.size in MODEL_SIZES, o, "size", self.size, f"one of {sorted(MODEL_SIZES)}")
-        _check(_is_int(self.seq_len) and self.seq_len >= 2, o, "seq_len", self.seq_len, "an integer >= 2")
+        _check(isinstance(self.size, str) and self.size in MODEL_SIZES, o, "size", self.size,
+               f"one of {sorted(MODEL_SIZES)}")
+        _check(_is_int(self.seq_len) and 2 <= self.seq_len <= MAX_SEQ_LEN, o, "seq_len", self.seq_len,
+               f"an integer >= 2 and <= {MAX_SEQ_LEN}: attention keeps seq_len^2 scores per head and sample "
+               "(16 GiB each at the limit), and learned positions a seq_len x d_model table")
         _check(_is_int(self.vocab_size) and self.vocab_size >= 2, o, "vocab_size", self.vocab_size, "an integer >= 2")
         _check(self.positions in POSITIONS, o, "positions", self.positions, f"one of {list(POSITIONS)}")
         _check(isinstance(self.share_layers, bool), o, "share_layers", self.share_layers, "True or False")
@@ -156,7 +164,7 @@ class SyncConfig:
 
     mode: str = "allreduce"  # "allreduce" (SWARM, every step) or "diloco"
     inner_steps: int = 20  # H: local steps between outer steps (DiLoCo only)
-    outer_lr: float = 0.7  # outer Nesterov SGD learning rate
+    outer_lr: float = 0.7  # outer Nesterov SGD learning rate, in (0, MAX_OUTER_LR]
     outer_momentum: float = 0.9  # outer momentum (0 = plain SGD)
     inner_state: str = "keep"  # inner optimizer state across outer steps: "keep" or "reset"
 
@@ -164,7 +172,9 @@ class SyncConfig:
         o = "SyncConfig"
         _check(self.mode in SYNC_MODES, o, "mode", self.mode, f"one of {list(SYNC_MODES)}")
         _check(_is_int(self.inner_steps) and self.inner_steps >= 1, o, "inner_steps", self.inner_steps, "an integer >= 1")
-        _check(_is_number(self.outer_lr) and self.outer_lr > 0, o, "outer_lr", self.outer_lr, "a finite number > 0")
+        _check(_is_number(self.outer_lr) and 0 < self.outer_lr <= MAX_OUTER_LR, o, "outer_lr", self.outer_lr,
+               f"a finite number > 0 and <= {MAX_OUTER_LR:g}: with no momentum 1 lands on the peers' average and 2 on "
+               "its mirror image; a larger outer step overshoots more every round and diverges")
         _check(_is_number(self.outer_momentum) and 0 <= self.outer_momentum < 1, o, "outer_momentum", self.outer_momentum, "a number in [0, 1)")
         _check(self.inner_state in INNER_STATES, o, "inner_state", self.inner_state, f"one of {list(INNER_STATES)}")
 
@@ -190,12 +200,12 @@ class RunConfig:
     momentum: float = 0.9  # SGD momentum (the "sgd" optimizer only)
     sync: SyncConfig = field(default_factory=SyncConfig)  # SWARM all-reduce or DiLoCo within each stage
     compression: CompressionConfig = field(default_factory=CompressionConfig)  # wire codec, boundary layers
-    lr: float = 3e-3  # peak learning rate
+    lr: float = 3e-3  # peak learning rate, in (0, MAX_LR]
     warmup_steps: int = 5  # linear warm-up from lr/warmup to lr
-    weight_decay: float = 0.01  # decoupled weight decay
+    weight_decay: float = 0.01  # decoupled weight decay, in [0, MAX_WEIGHT_DECAY]
     gamma: float = 0.1  # EMA smoothing of peer response times in the router
-    peer_timeout: float = 30.0  # seconds a trainer waits for a peer before banning it
-    rebalance_period: float = 300.0  # seconds between Algorithm 2 rounds (as in the paper); 0 = off
+    peer_timeout: float = 30.0  # seconds a trainer waits for a peer before banning it, at most MAX_WAIT
+    rebalance_period: float = 300.0  # seconds between Algorithm 2 rounds (as in the paper); 0 = off; <= MAX_WAIT
     delayed_updates: bool = False  # delayed parameter updates: step k's update overlaps batch k+1
     activation_checkpointing: bool = False  # peers keep only stage inputs, recompute in backward
     eval_every: int = 50  # steps between validation-loss evaluations (0 = only first and last)
@@ -229,26 +239,33 @@ class RunConfig:
                f"a multiple of microbatch={self.microbatch}, so every step is a whole number of microbatches")
         _check(_is_int(self.steps) and self.steps >= 1, o, "steps", self.steps, "an integer >= 1")
         _check(self.optimizer in OPTIMIZERS, o, "optimizer", self.optimizer, f"one of {list(OPTIMIZERS)}")
-        _check(_is_number(self.lr) and self.lr > 0, o, "lr", self.lr, "a finite number > 0")
+        _check(_is_number(self.lr) and 0 < self.lr <= MAX_LR, o, "lr", self.lr,
+               f"a finite number > 0 and <= {MAX_LR:g}: a larger peak learning rate diverges for every model here")
         _check(_is_int(self.warmup_steps) and self.warmup_steps >= 0, o, "warmup_steps", self.warmup_steps, "an integer >= 0")
-        _check(_is_number(self.weight_decay) and self.weight_decay >= 0, o, "weight_decay", self.weight_decay, "a finite number >= 0")
+        _check(_is_number(self.weight_decay) and 0 <= self.weight_decay <= MAX_WEIGHT_DECAY, o, "weight_decay",
+               self.weight_decay, f"a finite number >= 0 and <= {MAX_WEIGHT_DECAY:g}: every step scales the parameters "
+               "by 1 - lr * weight_decay, so more decay erases what the gradients learn (usual values: 0 to 0.1)")
         _check(_is_number(self.gamma) and 0 < self.gamma <= 1, o, "gamma", self.gamma, "a number in (0, 1]")
-        _check(_is_number(self.peer_timeout) and self.peer_timeout > 0, o, "peer_timeout", self.peer_timeout, "a finite number of seconds > 0")
+        _check(_is_number(self.peer_timeout) and 0 < self.peer_timeout <= MAX_WAIT, o, "peer_timeout",
+               self.peer_timeout, f"a finite number of seconds > 0 and <= {MAX_WAIT:g}: a trainer waits this long "
+               "for a silent peer; a day is already a hung run, and far longer waits overflow the platform's timer")
         _check(_is_number(self.momentum) and 0 <= self.momentum < 1, o, "momentum", self.momentum, "a number in [0, 1)")
         _check(isinstance(self.sync, SyncConfig), o, "sync", self.sync, "a SyncConfig")
         _check(isinstance(self.compression, CompressionConfig), o, "compression", self.compression, "a CompressionConfig")
         if self.compression.boundary != "none":
             _check(self.model.d_model % self.compression.factor == 0, o, "compression", self.compression,
                    f"a boundary factor dividing the model's d_model={self.model.d_model}")
-        _check(_is_number(self.rebalance_period) and self.rebalance_period >= 0, o, "rebalance_period", self.rebalance_period,
-               "a finite number of seconds >= 0 (0 turns rebalancing off)")
+        _check(_is_number(self.rebalance_period) and 0 <= self.rebalance_period <= MAX_WAIT, o, "rebalance_period",
+               self.rebalance_period, f"a finite number of seconds >= 0 and <= {MAX_WAIT:g} (0 turns rebalancing off; "
+               "a period over a day never fires in a lab run, and far longer ones overflow the platform's timer)")
         _check(isinstance(self.delayed_updates, bool), o, "delayed_updates", self.delayed_updates, "True or False")
         _check(not (self.delayed_updates and self.sync.mode == "diloco"), o, "delayed_updates", self.delayed_updates,
                "False when sync.mode is 'diloco' (DiLoCo already takes its updates locally)")
         _check(isinstance(self.activation_checkpointing, bool), o, "activation_checkpointing", self.activation_checkpointing, "True or False")
         _check(_is_int(self.eval_every) and self.eval_every >= 0, o, "eval_every", self.eval_every, "an integer >= 0")
         _check(_is_int(self.eval_batches) and self.eval_batches >= 1, o, "eval_batches", self.eval_batches, "an integer >= 1")
-        _check(_is_int(self.seed) and self.seed >= 0, o, "seed", self.seed, "an integer >= 0")
+        _check(_is_int(self.seed) and 0 <= self.seed < 2**32, o, "seed", self.seed,
+               "an integer >= 0 and < 2^32 (it is mixed into torch's 64-bit seeds)")
         _check(_is_int(self.threads) and self.threads >= 0, o, "threads", self.threads, "an integer >= 0")
         if self.layer_split is None:
             object.__setattr__(self, "layer_split", even_split(self.model.n_layer, self.stages))

@@ -15,15 +15,19 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from labkit.cli.args import int_in, out_dir
 from labkit.config import ConfigError
 from labkit.plan.cluster import plan_cluster
 from labkit.plan.dtfm import plan_dtfm
-from labkit.plan.network import NetworkScenario
+from labkit.plan.network import MAX_DEVICES, NetworkScenario
 from labkit.plan.plan import Plan
 from labkit.plan.presets import NETWORK_PRESETS, preset
 from labkit.plan.workload import Workload
 
 METHODS = ("dtfm", "kl", "cluster", "random")
+MAX_GENERATIONS = 10_000  # each GA iteration is kept in the plan's history; 60 is the paper's
+MAX_LAYERS = 10_000  # GPT3-XL has 24; a deeper stack only rescales the same costs
+MAX_BATCH = 2**30  # sequences per iteration; the costs stay exact floats well beyond any real batch
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,14 +35,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="plan stages, pipeline order and matching over a heterogeneous network")
     p.add_argument("scenario", nargs="?", help="scenario JSON file (or use --preset)")
     p.add_argument("--preset", choices=sorted(NETWORK_PRESETS), help="a named scenario instead of a file")
-    p.add_argument("--n", type=int, help="devices for a preset (default: the preset's)")
+    p.add_argument("--n", type=int_in(1, MAX_DEVICES, "what the planners handle on a laptop"),
+                   help=f"devices for a preset (default: the preset's). At most {MAX_DEVICES}, here and in a "
+                        "scenario file: what the planners handle on a laptop (kl, the slowest, ~15 min at the limit)")
     p.add_argument("--method", choices=METHODS, default="dtfm", help="planner (default dtfm)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--stages", type=int, help="D_PP for dtfm/kl/random (default 8); a forced level for cluster")
-    p.add_argument("--generations", type=int, default=60, help="GA iterations (default 60)")
-    p.add_argument("--batch", type=int, default=1024, help="sequences per iteration for dtfm/kl/random")
-    p.add_argument("--layers", type=int, default=24, help="GPT3-XL depth for dtfm/kl/random")
-    p.add_argument("--out", default="runs/plan", help="folder for plan.json and the picture")
+    p.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0, help="random seed (default 0)")
+    p.add_argument("--stages", type=int_in(1, MAX_DEVICES, "at most one stage per device"),
+                   help="D_PP for dtfm/kl/random (default 8); a forced level for cluster")
+    p.add_argument("--generations", type=int_in(1, MAX_GENERATIONS, "each is kept in the plan's history"),
+                   default=60, help=f"GA iterations (default 60, at most {MAX_GENERATIONS})")
+    p.add_argument("--batch", type=int_in(1, MAX_BATCH), default=1024,
+                   help="sequences per iteration for dtfm/kl/random (at most 2^30)")
+    p.add_argument("--layers", type=int_in(1, MAX_LAYERS), default=24,
+                   help=f"GPT3-XL depth for dtfm/kl/random (at most {MAX_LAYERS})")
+    p.add_argument("--out", type=out_dir, default="runs/plan", help="folder for plan.json and the picture")
     p.set_defaults(handler=run)
 
 
@@ -51,14 +61,14 @@ def _scenario(args: argparse.Namespace) -> NetworkScenario:
         raise ConfigError("plan", "n", args.n, "only with --preset")
     if not Path(args.scenario).is_file():
         raise ConfigError("plan", "scenario", args.scenario, "an existing JSON file")
-    return NetworkScenario.load(args.scenario)
+    scenario = NetworkScenario.load(args.scenario)
+    if scenario.n > MAX_DEVICES:
+        raise ConfigError("plan", "scenario", args.scenario, f"at most {MAX_DEVICES} devices (it has {scenario.n}): "
+                                                             "the most the planners handle on a laptop")
+    return scenario
 
 
 def _plan(args: argparse.Namespace, scenario: NetworkScenario) -> Plan:
-    if args.generations < 1:
-        raise ConfigError("plan", "generations", args.generations, "an integer >= 1")
-    if args.seed < 0:
-        raise ConfigError("plan", "seed", args.seed, "an integer >= 0")
     if args.method == "cluster":
         return plan_cluster(scenario, stages=args.stages, seed=args.seed)
     workload = Workload.gpt3_xl(batch=args.batch, n_layer=args.layers)
@@ -130,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"labkit plan: error: {err}", file=sys.stderr)
         return 2
     print(plan.describe())
-    out = Path(args.out)
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(plan.to_json())
     import altair as alt

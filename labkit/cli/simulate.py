@@ -14,9 +14,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from labkit.cli.args import int_in, out_dir
 from labkit.config import ConfigError
 from labkit.sim import MODES, SimScenario
-from labkit.sim.events_sim import run_events
+from labkit.sim.events_sim import MAX_HOPS, check_events, run_events
 from labkit.sim.fluid import run_fluid
 from labkit.sim.presets import SIM_PRESETS
 from labkit.sim.summary import summarize, throughput_series
@@ -28,10 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("scenario", nargs="?", type=Path, help="scenario JSON file (fields of labkit.sim.SimScenario)")
     parser.add_argument("--preset", choices=sorted(SIM_PRESETS), help="a named scenario instead of a file")
     parser.add_argument("--mode", choices=MODES, default="events", help="microbatch events or the fluid model")
-    parser.add_argument("--out", type=Path, default=Path("runs/simulate"), help="folder for the outputs")
+    parser.add_argument("--out", type=out_dir, default="runs/simulate", help="folder for the outputs")
     parser.add_argument("--duration", type=float, help="override the scenario's simulated seconds")
-    parser.add_argument("--seed", type=int, help="override the scenario's seed")
-    parser.add_argument("--max-hops", type=int, default=200_000, help="hop events kept (events mode)")
+    parser.add_argument("--seed", type=int_in(0, 2**32 - 1), help="override the scenario's seed")
+    parser.add_argument("--max-hops", type=int_in(0, MAX_HOPS, "each is an event in memory and a line on disk"),
+                        default=200_000, help=f"hop events kept (events mode; default 200000, at most {MAX_HOPS})")
     parser.add_argument("--plan", type=Path, help="simulate a plan.json from `labkit plan` (with --network)")
     parser.add_argument("--network", help="with --plan: the planner preset (sized to the plan's devices) or scenario JSON it was made for")
     parser.add_argument("--model", default="small", help="with --plan: the simulated model (default small)")
@@ -40,17 +42,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _from_plan(args: argparse.Namespace) -> SimScenario:
     """The scenario that runs a planner's plan on the network it was planned for."""
-    from labkit.plan.plan import Plan
     from labkit.plan.network import NetworkScenario
+    from labkit.plan.plan import Plan
     from labkit.plan.presets import NETWORK_PRESETS
     from labkit.sim.from_plan import scenario_from_plan
 
     if args.network is None:
         args.parser.error("--plan needs --network: the planner preset or scenario JSON the plan was made for")
-    try:
-        plan = Plan.from_json(args.plan.read_text())
-    except OSError as err:
-        args.parser.error(f"cannot read {args.plan}: {err.strerror}")
+    plan = Plan.load(args.plan)
     if args.network in NETWORK_PRESETS:
         network = NETWORK_PRESETS[args.network](n=sum(len(s.devices) for s in plan.stages))
     elif Path(args.network).is_file():
@@ -69,15 +68,7 @@ def _load(args: argparse.Namespace) -> SimScenario:
     elif args.preset:
         scenario = SIM_PRESETS[args.preset]()
     else:
-        try:
-            data = json.loads(args.scenario.read_text())
-        except OSError as err:
-            args.parser.error(f"cannot read {args.scenario}: {err.strerror}")
-        except json.JSONDecodeError as err:
-            args.parser.error(f"{args.scenario} is not JSON: {err.msg} at line {err.lineno}")
-        if not isinstance(data, dict):
-            args.parser.error(f"{args.scenario} must hold one JSON object")
-        scenario = SimScenario.from_dict(data)
+        scenario = SimScenario.load(args.scenario)
     changes = {k: v for k, v in (("duration", args.duration), ("seed", args.seed)) if v is not None}
     return dataclasses.replace(scenario, **changes) if changes else scenario
 
@@ -85,9 +76,9 @@ def _load(args: argparse.Namespace) -> SimScenario:
 def _run(args: argparse.Namespace) -> int:
     try:
         scenario = _load(args)
-        if args.max_hops < 0:
-            raise ConfigError("simulate", "max_hops", args.max_hops, "an integer >= 0")
-    except (ConfigError, TypeError) as err:
+        if args.mode == "events":
+            check_events(scenario, args.max_hops)
+    except (ConfigError, FileNotFoundError, TypeError) as err:
         args.parser.error(str(err).splitlines()[0])
     with tqdm(total=scenario.duration, unit="s", desc=f"{scenario.name} ({args.mode})", leave=False) as bar:
         def progress(t: float) -> None:

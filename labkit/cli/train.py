@@ -16,11 +16,14 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from labkit.cli.args import int_in, out_dir
 from labkit.config import (INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES, ConfigError, DataConfig,
                            ModelConfig, RunConfig, SyncConfig)
 
 if TYPE_CHECKING:
     from labkit.runtime.handle import RunHandle
+
+MAX_PEERS_PER_STAGE = 256  # with --plan: each peer is a thread of this process
 
 
 def _split(text: str) -> tuple[int, ...]:
@@ -72,13 +75,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=defaults.threads, help="torch threads (0: torch's default)")
     p.add_argument("--plan", type=Path, default=None, metavar="PLAN_JSON",
                    help="follow a plan from `labkit plan`: its stages, devices as peers (at most --max-peers each) and layer split")
-    p.add_argument("--max-peers", type=int, default=4, help="with --plan: peers per stage at most (each is a thread here)")
+    p.add_argument("--max-peers", type=int_in(1, MAX_PEERS_PER_STAGE, "each is a thread here"), default=4,
+                   help=f"with --plan: peers per stage at most (each is a thread here; 1 to {MAX_PEERS_PER_STAGE})")
     p.add_argument("--backend", choices=["inprocess", "dask"], default=None,
                    help="inprocess: threads of this process; dask: every peer and trainer a Dask worker process "
                         "(default: dask with --scheduler, else inprocess)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="with --backend dask: a running `dask scheduler`, e.g. tcp://10.0.0.5:8786 (default: a local cluster)")
-    p.add_argument("--run-dir", type=Path, default=None, help="output folder (default runs/<date-time>)")
+    p.add_argument("--run-dir", type=out_dir, default=None, help="output folder (default runs/<date-time>)")
     p.add_argument("--resume", type=Path, default=None, metavar="CHECKPOINT", help="continue from a checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="print one line per evaluation instead of a bar")
     p.set_defaults(handler=run_train)
@@ -127,6 +131,18 @@ def _launch(args: argparse.Namespace, cfg: RunConfig) -> tuple[RunHandle, Path]:
     return run, run_dir
 
 
+def check_data(cfg: RunConfig) -> None:
+    """Read the corpus a --data run asks for now, so a missing or too small one is a bad flag, not a failed run."""
+    from labkit.data import load_corpus
+
+    corpus = load_corpus(cfg.data)
+    window = cfg.model.seq_len + 2
+    if min(corpus.train.size, corpus.val.size) < window:
+        raise ConfigError("train", "data", cfg.data.path, f"a corpus whose train ({corpus.train.size:,} bytes) and "
+                                                          f"validation ({corpus.val.size:,}) parts each hold one "
+                                                          f"window of --seq-len + 2 = {window} bytes")
+
+
 def run_train(args: argparse.Namespace) -> int:
     """Launch the run, draw its progress from the event stream, print the summary."""
     try:
@@ -134,14 +150,11 @@ def run_train(args: argparse.Namespace) -> int:
         if args.plan is not None:
             from labkit.plan.plan import Plan
 
-            if not args.plan.is_file():
-                raise ConfigError("train", "plan", str(args.plan), "a plan.json written by `labkit plan`")
-            cfg = Plan.from_json(args.plan.read_text()).run_config(cfg, max_peers_per_stage=args.max_peers)
-    except ConfigError as exc:
+            cfg = Plan.load(args.plan).run_config(cfg, max_peers_per_stage=args.max_peers)
+        if args.data is not None:
+            check_data(cfg)
+    except (ValueError, FileNotFoundError) as exc:
         print(f"labkit train: error: {exc}", file=sys.stderr)
-        return 2
-    if args.data is not None and not Path(args.data).exists():
-        print(f"labkit train: error: --data {args.data!r} does not exist: give a text file or a folder of text files", file=sys.stderr)
         return 2
     from tqdm import tqdm
 

@@ -3,7 +3,9 @@
 The default corpus is the Python standard library's own `.py` files: every Python installation
 has them, so nothing is downloaded. Any text file or folder works too. A file (or, for a single
 file, each 64 KiB chunk) goes to validation when the SHA-1 of its relative path falls below
-`val_fraction`, so the split never changes with the order files are found in.
+`val_fraction`, so the split never changes with the order files are found in. When that leaves
+either part below its minimum (a small file, a folder of a few files), the text is cut by position
+instead: its last `val_fraction` (at least MIN_VAL bytes) is validation.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 from labkit.config import DataConfig
 
 CHUNK = 64 * 1024  # a single file is split into units of this many bytes
+MIN_TRAIN, MIN_VAL = 4096, 1024  # bytes each part needs at least
 
 
 @dataclass(frozen=True)
@@ -69,19 +72,25 @@ def load_corpus(cfg: DataConfig) -> Corpus:
     path = stdlib_root() if stdlib else Path(cfg.path).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"DataConfig.path={cfg.path!r} does not exist: give a text file or a folder of text files")
-    train, val, total, count = [], [], 0, 0
+    train, val, every, total, count = [], [], [], 0, 0
     for name, data in _units(path, stdlib):
         if total >= cfg.max_bytes:
             break
         data = data[: cfg.max_bytes - total]
         (val if _is_validation(name, cfg.val_fraction) else train).append(data)
+        every.append(data)
         total += len(data)
         count += 1
     train_bytes, val_bytes = b"".join(train), b"".join(val)
-    if len(train_bytes) < 4096 or len(val_bytes) < 1024:
+    if len(train_bytes) < MIN_TRAIN or len(val_bytes) < MIN_VAL:
+        text = b"".join(every)
+        cut = len(text) - max(MIN_VAL, round(len(text) * cfg.val_fraction))
+        train_bytes, val_bytes = text[: max(cut, 0)], text[max(cut, 0) :]
+    if len(train_bytes) < MIN_TRAIN or len(val_bytes) < MIN_VAL:
         raise ValueError(
-            f"corpus at {path} is too small after the train/validation split "
-            f"({len(train_bytes)} train, {len(val_bytes)} validation bytes): need at least 4096 and 1024"
+            f"corpus at {path} is too small: its {total:,} bytes give {len(train_bytes):,} train and "
+            f"{len(val_bytes):,} validation bytes (val_fraction={cfg.val_fraction}); need at least "
+            f"{MIN_TRAIN:,} and {MIN_VAL:,}"
         )
     source = "python-stdlib" if stdlib else str(path)
     return Corpus(np.frombuffer(train_bytes, np.uint8), np.frombuffer(val_bytes, np.uint8), source, count)

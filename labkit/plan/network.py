@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from labkit.config import ConfigError
+from labkit.jsonfile import read_json
 
 # kind -> (peak FLOP/s used by the planners, memory bytes). Peak fp16 tensor-core throughput;
 # the RTX 2080 is V100/1.55, the ratio seed 002 uses to slow its simulated 2080s.
@@ -31,6 +32,10 @@ DEVICE_KINDS: dict[str, tuple[float, float]] = {
     "RTX4090": (165e12, 24 * 2**30),
     "CPU": (1e12, 64 * 2**30),
 }
+
+# Devices a planner takes on a laptop: n x n matrices are small, but Kernighan-Lin grows ~n^3
+# (512 devices: ~15 s per GA generation on 2 cores, dtfm and cluster about a minute in all).
+MAX_DEVICES = 512
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,7 +53,7 @@ class Device:
         o = "Device"
         if not (isinstance(self.name, str) and self.name):
             raise ConfigError(o, "name", self.name, "a non-empty string")
-        if self.kind not in DEVICE_KINDS:
+        if not isinstance(self.kind, str) or self.kind not in DEVICE_KINDS:
             raise ConfigError(o, "kind", self.kind, f"one of {sorted(DEVICE_KINDS)}")
         for name in ("flops", "memory"):
             value = getattr(self, name)
@@ -56,6 +61,8 @@ class Device:
                 raise ConfigError(o, name, value, "a finite number >= 0 (0 = the kind's default)")
         if not isinstance(self.reliable, bool):
             raise ConfigError(o, "reliable", self.reliable, "True or False")
+        if not isinstance(self.region, str):
+            raise ConfigError(o, "region", self.region, "a string (a free label)")
         flops, memory = DEVICE_KINDS[self.kind]
         object.__setattr__(self, "flops", float(self.flops or flops))
         object.__setattr__(self, "memory", float(self.memory or memory))
@@ -130,22 +137,24 @@ class NetworkScenario:
             if unknown:
                 raise ConfigError("Device", unknown[0], d[unknown[0]],
                                   "keys name, kind, flops, memory, reliable, region")
+            if "name" not in d:
+                raise ConfigError("Device", "name", None, "present: every device needs a unique name")
             devices.append(Device(**d))
-        return cls(name=str(data["name"]), devices=tuple(devices), delay=data["delay"],
-                   bandwidth=data["bandwidth"], notes=str(data.get("notes", "")),
-                   extra=dict(data.get("extra", {})))
+        for key in ("name", "notes"):
+            if not isinstance(data.get(key, ""), str):
+                raise ConfigError("NetworkScenario", key, data[key], "a string")
+        if not isinstance(data.get("extra", {}), dict):
+            raise ConfigError("NetworkScenario", "extra", data["extra"], "an object (generator arguments)")
+        return cls(name=data["name"], devices=tuple(devices), delay=data["delay"],
+                   bandwidth=data["bandwidth"], notes=data.get("notes", ""), extra=dict(data.get("extra", {})))
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict()))
 
     @classmethod
     def load(cls, path: str | Path) -> NetworkScenario:
-        """Read a scenario JSON file written by `save` (or by hand)."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as err:
-            raise ConfigError("NetworkScenario", "json", str(path), f"valid JSON ({err})") from None
-        return cls.from_dict(data)
+        """Read a scenario JSON file written by `save` (or by hand); a bad file raises one ConfigError."""
+        return cls.from_dict(read_json(path, "NetworkScenario", "a network scenario JSON file"))
 
 
 def _matrix(key: str, value: Any, n: int) -> np.ndarray:

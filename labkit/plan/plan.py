@@ -16,13 +16,32 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from labkit.config import ConfigError, RunConfig
+from labkit.jsonfile import read_json
 
 ROLES = ("replica", "frontal", "backward", "client")
 PARTS = ("dp", "pp", "compute")
+KEYS = ("method", "scenario", "time", "parts", "stages", "links")  # what plan.json must hold ("meta" is optional)
+
+
+def _real(value: object) -> bool:
+    """Whether `value` is a real number (bool excluded; NaN and inf are checked where they matter)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _names(value: object) -> bool:
+    """Whether `value` is a list or tuple of non-empty strings."""
+    return isinstance(value, (list, tuple)) and all(isinstance(v, str) and v for v in value)
+
+
+def _triple(value: object) -> bool:
+    """Whether `value` is one (sender, receiver, share) link entry."""
+    return isinstance(value, (list, tuple)) and len(value) == 3 and _names(value[:2]) and _real(value[2])
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -34,14 +53,18 @@ class PlanStage:
     roles: tuple[str, ...] = ()  # one of ROLES per device; () = every device a "replica"
 
     def __post_init__(self) -> None:
+        if not _names(self.devices):
+            raise ConfigError("PlanStage", "devices", self.devices, "a list of device names (non-empty strings)")
+        if not isinstance(self.roles, (list, tuple)):
+            raise ConfigError("PlanStage", "roles", self.roles, f"a list holding one of {list(ROLES)} per device")
         object.__setattr__(self, "devices", tuple(self.devices))
         roles = tuple(self.roles) or ("replica",) * len(self.devices)
         object.__setattr__(self, "roles", roles)
         if not self.devices:
             raise ConfigError("PlanStage", "devices", self.devices, "at least one device")
-        if len(roles) != len(self.devices) or any(r not in ROLES for r in roles):
+        if len(roles) != len(self.devices) or any(not isinstance(r, str) or r not in ROLES for r in roles):
             raise ConfigError("PlanStage", "roles", roles, f"one of {list(ROLES)} per device")
-        if not (isinstance(self.layers, int) and self.layers >= 1):
+        if not (isinstance(self.layers, int) and not isinstance(self.layers, bool) and self.layers >= 1):
             raise ConfigError("PlanStage", "layers", self.layers, "an integer >= 1")
 
     def with_role(self, role: str) -> tuple[str, ...]:
@@ -66,6 +89,21 @@ class Plan:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name in ("method", "scenario"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError("Plan", name, getattr(self, name), "a string")
+        if not (isinstance(self.stages, (list, tuple)) and all(isinstance(s, PlanStage) for s in self.stages)):
+            raise ConfigError("Plan", "stages", self.stages, "a list of PlanStage")
+        if not _real(self.time):
+            raise ConfigError("Plan", "time", self.time, "a finite number of seconds >= 0")
+        if not (isinstance(self.parts, dict) and all(_real(v) for v in self.parts.values())):
+            raise ConfigError("Plan", "parts", self.parts, f"an object of seconds with the keys {list(PARTS)}")
+        if not (isinstance(self.links, (list, tuple)) and all(
+                isinstance(link, (list, tuple)) and all(_triple(t) for t in link) for link in self.links)):
+            raise ConfigError("Plan", "links", self.links,
+                              "one list per adjacent pair of stages of [sender, receiver, share] entries")
+        if not isinstance(self.meta, dict):
+            raise ConfigError("Plan", "meta", self.meta, "an object (the knobs that produced the plan)")
         object.__setattr__(self, "stages", tuple(self.stages))
         object.__setattr__(self, "time", float(self.time))
         object.__setattr__(self, "parts", {k: float(v) for k, v in self.parts.items()})
@@ -116,20 +154,38 @@ class Plan:
                 "links": [[list(t) for t in link] for link in self.links], "meta": self.meta}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Plan:
-        stages = tuple(PlanStage(devices=tuple(s["devices"]), layers=s["layers"], roles=tuple(s["roles"]))
-                       for s in data["stages"])
-        links = tuple(tuple(tuple(t) for t in link) for link in data["links"])
-        return cls(method=data["method"], scenario=data["scenario"], stages=stages, links=links,
-                   time=float(data["time"]), parts={k: float(v) for k, v in data["parts"].items()},
-                   meta=dict(data.get("meta", {})))
+    def from_dict(cls, data: Any) -> Plan:
+        """Inverse of `to_dict`; a missing key or a value of the wrong kind raises one ConfigError."""
+        if not isinstance(data, dict):
+            raise ConfigError("Plan", "json", type(data).__name__, "an object, as `labkit plan` writes to plan.json")
+        missing = [k for k in KEYS if k not in data]
+        if missing:
+            raise ConfigError("Plan", missing[0], None, f"present: a plan holds the keys {list(KEYS)}")
+        stages = data["stages"]
+        if not (isinstance(stages, list) and all(isinstance(s, dict) and {"devices", "layers"} <= s.keys()
+                                                 for s in stages)):
+            raise ConfigError("Plan", "stages", stages, 'a list of {"devices": [names], "layers": N, "roles": [...]}')
+        return cls(method=data["method"], scenario=data["scenario"], links=data["links"], time=data["time"],
+                   stages=tuple(PlanStage(devices=s["devices"], layers=s["layers"], roles=s.get("roles", ()))
+                                for s in stages), parts=data["parts"], meta=data.get("meta", {}))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
-        return cls.from_dict(json.loads(text))
+        """A plan from JSON text; text that is not JSON raises one ConfigError."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            where = f"{err.msg} at line {err.lineno} column {err.colno}"
+            raise ConfigError("Plan", "json", text[:40], f"JSON ({where})") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        """A plan from a plan.json file; every bad file raises one ConfigError (FileNotFoundError if missing)."""
+        return cls.from_dict(read_json(path, "Plan", "a plan.json written by `labkit plan`"))
 
 
 def rescale_split(split: tuple[int, ...], n_layer: int) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from labkit.config import ConfigError
-from labkit.plan.network import Device, NetworkScenario
+from labkit.plan.network import MAX_DEVICES, Device, NetworkScenario
 
 GBIT = 1e9 / 8  # bytes/s in one Gbit/s
 MBIT = 1e6 / 8
@@ -41,8 +41,9 @@ REGIONAL_MS = {("California", "Ohio"): 52, ("California", "Oregon"): 12, ("Calif
 
 
 def _need(preset_name: str, n: int, multiple: int, minimum: int, why: str) -> None:
-    if not (isinstance(n, int) and not isinstance(n, bool) and n >= minimum and n % multiple == 0):
-        raise ConfigError(preset_name, "n", n, f"an integer >= {minimum} and a multiple of {multiple} ({why})")
+    if not (isinstance(n, int) and not isinstance(n, bool) and minimum <= n <= MAX_DEVICES and n % multiple == 0):
+        raise ConfigError(preset_name, "n", n, f"an integer >= {minimum} and a multiple of {multiple} ({why}), "
+                                               f"at most {MAX_DEVICES} (the most the planners handle on a laptop)")
 
 
 def _build(name: str, devices: list[Device], link: Callable[[int, int], tuple[float, float]],

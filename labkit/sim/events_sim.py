@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from labkit import events
+from labkit.config import ConfigError
 from labkit.kernels.eventsim import RETRY, run_until, seed_noise
 from labkit.kernels.fluid import balanced_stages, pick_leaver, pipeline_rate
 from labkit.kernels.iwrr import iwrr_entry
@@ -22,6 +23,9 @@ from labkit.kernels.rebalance import rebalance_join, rebalance_move
 from labkit.sim.result import SimResult
 from labkit.sim.scenario import SimScenario
 from labkit.sim.world import World, build_world
+
+MAX_HOPS = 1_000_000  # hop events kept: each is an event in memory and a line of events.jsonl
+MAX_PEER_RECORDS = 5_000_000  # rebalancing rounds x peers: every round records each serving peer
 
 
 class _Swarm:
@@ -87,6 +91,18 @@ class _Swarm:
                   self.out, self.hops)
 
 
+def check_events(s: SimScenario, max_hops: int) -> None:
+    """Raise one ConfigError if an events-mode run of `s` would keep more than MAX_HOPS hops or
+    MAX_PEER_RECORDS peer records."""
+    if not (isinstance(max_hops, int) and not isinstance(max_hops, bool) and 0 <= max_hops <= MAX_HOPS):
+        raise ConfigError("simulate", "max_hops", max_hops, f"an integer from 0 to {MAX_HOPS:,} (hop events kept)")
+    if s.peer_slots * s.duration / (s.rebalance_period or math.inf) > MAX_PEER_RECORDS:
+        raise ConfigError("Scenario", "rebalance_period", s.rebalance_period,
+                          f"at least {s.peer_slots * s.duration / MAX_PEER_RECORDS:g} s for {s.peer_slots:,.0f} peers "
+                          f"in events mode: every round records each peer, at most {MAX_PEER_RECORDS:,} records "
+                          "(or use the fluid mode)")
+
+
 def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 200_000,
                progress: Callable[[float], None] | None = None) -> SimResult:
     """Simulate `s` microbatch by microbatch; hop, peer, step and run events (hops capped).
@@ -94,6 +110,7 @@ def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 20
     `progress(t)` is called with the virtual time reached after each membership segment.
     """
     start = time.perf_counter()
+    check_events(s, max_hops)
     w = world or build_world(s)
     seed_noise(s.seed)
     sw = _Swarm(s, w, max_hops)

@@ -2,17 +2,26 @@
 
 Frozen keyword-only dataclasses; a bad value raises one `ConfigError` naming the field, the value
 and what is allowed. `SimScenario.from_dict` reads the JSON scenario files of `labkit simulate`.
+Sizes are bounded by what a laptop simulates (MAX_PEERS, MAX_SLOTS, MAX_BINS, MAX_ROUNDS below).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from labkit.config import ConfigError
+from labkit.jsonfile import read_json
 from labkit.sim.hardware import DEVICES, MODELS, model_shape
 from labkit.sim.traces import ChurnModel, Trace, check_trace
+
+# What one simulation may hold on a laptop; each bound names the arrays it keeps in check.
+MAX_PEERS = 100_000  # initial peers plus joins: rows of the (peers x stages) service-time arrays
+MAX_SLOTS = 100_000  # trainers x window microbatches in flight: rows of the (slots x stages) route arrays
+MAX_BINS = 100_000  # duration / bin_seconds: rows of the (bins x stages) throughput and load arrays
+MAX_ROUNDS = 100_000  # duration / rebalance_period: rebalancing rounds, each a pass over every peer
 
 
 def _check(ok: bool, owner: str, name: str, value: object, allowed: str) -> None:
@@ -39,7 +48,8 @@ class PeerGroup:
 
     def __post_init__(self) -> None:
         o = "PeerGroup"
-        _check(self.device in DEVICES, o, "device", self.device, f"one of {sorted(DEVICES)}")
+        _check(isinstance(self.device, str) and self.device in DEVICES, o, "device", self.device,
+               f"one of {sorted(DEVICES)}")
         _check(_int(self.count) and self.count >= 1, o, "count", self.count, "an integer >= 1")
         _check(_int(self.stage) and self.stage >= 0, o, "stage", self.stage, "an integer >= 0")
         _check(isinstance(self.region, str) and self.region != "", o, "region", self.region, "a non-empty name")
@@ -121,8 +131,8 @@ class SimScenario:
         empty = sorted(set(range(self.stages)) - {g.stage for g in self.peers})
         _check(not empty, o, "peers", f"stage {empty[0] if empty else ''} with no peers",
                f"at least one peer on every stage 0..{self.stages - 1}")
-        _check(self.join_device is None or self.join_device in DEVICES, o, "join_device", self.join_device,
-               f"None or one of {sorted(DEVICES)}")
+        _check(self.join_device is None or (isinstance(self.join_device, str) and self.join_device in DEVICES), o,
+               "join_device", self.join_device, f"None or one of {sorted(DEVICES)}")
         for name in ("trainers", "window", "microbatch", "seq_len"):
             value = getattr(self, name)
             _check(_int(value) and value >= 1, o, name, value, "an integer >= 1")
@@ -153,11 +163,36 @@ class SimScenario:
         _check(self.churn is None or not self.trace, o, "trace", self.trace, "empty when churn generates the trace")
         _check(_num(self.gamma) and 0 < self.gamma <= 1, o, "gamma", self.gamma, "a number in (0, 1]")
         _check(_num(self.epsilon) and self.epsilon >= 0, o, "epsilon", self.epsilon, "a finite number >= 0")
-        _check(_int(self.seed) and self.seed >= 0, o, "seed", self.seed, "an integer >= 0")
+        _check(_int(self.seed) and 0 <= self.seed < 2**32, o, "seed", self.seed,
+               "an integer >= 0 and < 2^32 (the seed range of numpy and numba)")
+        self._check_sizes()
+
+    def _check_sizes(self) -> None:
+        """Bound what the simulator allocates and loops over (see MAX_PEERS and the others)."""
+        o = "Scenario"
+        _check(self.trainers * self.window <= MAX_SLOTS, o, "trainers", self.trainers,
+               f"trainers x window (here {self.window}) at most {MAX_SLOTS:,} microbatches in flight")
+        _check(self.duration / self.bin_seconds <= MAX_BINS, o, "duration", self.duration,
+               f"at most {MAX_BINS:,} bins of bin_seconds={self.bin_seconds:g} s: shorten the run or widen the bins")
+        if self.rebalance_period is not None:
+            _check(self.duration / self.rebalance_period <= MAX_ROUNDS, o, "rebalance_period", self.rebalance_period,
+                   f"at least duration / {MAX_ROUNDS:,} = {self.duration / MAX_ROUNDS:g} s (at most "
+                   f"{MAX_ROUNDS:,} rebalancing rounds)")
+        joins = self.peer_slots - self.initial_peers
+        _check(self.peer_slots <= MAX_PEERS, o, "peers", f"{self.initial_peers:,} + {joins:,.0f} joining",
+               f"at most {MAX_PEERS:,} peers, initial plus (expected) joins")
+        leaves = -sum(d for _, d in self.trace if d < 0)
+        _check(leaves <= MAX_PEERS, o, "trace", f"{leaves:,} leaving", f"at most {MAX_PEERS:,} leaving peers in all")
 
     @property
     def initial_peers(self) -> int:
         return sum(g.count for g in self.peers)
+
+    @property
+    def peer_slots(self) -> float:
+        """Initial peers plus the trace's joins (the churn model's expected joins)."""
+        joins = self.churn.hours * self.churn.join_per_hour if self.churn else sum(d for _, d in self.trace if d > 0)
+        return self.initial_peers + joins
 
     @property
     def joins_by_policy(self) -> bool:
@@ -169,8 +204,9 @@ class SimScenario:
         return self.churn.trace(self.initial_peers, self.seed) if self.churn else self.trace
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SimScenario:
+    def from_dict(cls, data: Any) -> SimScenario:
         """A scenario from JSON-like data (peers, links and churn as nested dicts)."""
+        _check(isinstance(data, dict), "Scenario", "json", type(data).__name__, "an object of SimScenario fields")
         data = dict(data)
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
@@ -185,6 +221,11 @@ class SimScenario:
         if isinstance(data.get("churn"), dict):
             data["churn"] = _build(ChurnModel, data["churn"])
         return cls(**data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> SimScenario:
+        """A scenario from a JSON file; every bad file raises one ConfigError (FileNotFoundError if missing)."""
+        return cls.from_dict(read_json(path, "Scenario", "a JSON file of SimScenario fields"))
 
 
 def _build(kind: type, data: dict[str, Any]) -> Any:

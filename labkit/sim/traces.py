@@ -14,6 +14,7 @@ import numpy as np
 from labkit.config import ConfigError
 
 Trace = tuple[tuple[float, int], ...]
+MAX_CHURN_EVENTS = 100_000  # expected joins plus waves of a churn model: each is a loop step and a peer slot
 
 
 def _positive(owner: str, name: str, value: object, allow_zero: bool = False) -> None:
@@ -50,6 +51,11 @@ class ChurnModel:
             raise ConfigError(o, "wave_fraction", self.wave_fraction, "a number in [0, 0.5]")
         if not (isinstance(self.join_decay, (int, float)) and 0.0 <= self.join_decay <= 1.0):
             raise ConfigError(o, "join_decay", self.join_decay, "a number in [0, 1]")
+        expected = self.hours * (self.join_per_hour + self.waves_per_hour)
+        if expected > MAX_CHURN_EVENTS:
+            raise ConfigError(o, "hours", self.hours, f"hours x (join_per_hour + waves_per_hour) at most "
+                                                      f"{MAX_CHURN_EVENTS:,} (here {expected:,.0f}): each join is a "
+                                                      "peer the simulator keeps")
 
     def trace(self, initial_peers: int, seed: int) -> Trace:
         """A trace starting from `initial_peers` live peers; at most one event per second."""

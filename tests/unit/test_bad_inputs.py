@@ -1,0 +1,365 @@
+"""Bad inputs through the CLI and the API: one clear line (exit 2) or one named exception, never a
+traceback, a hang or a half-written run directory."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import labkit
+from labkit.cli.main import main
+from labkit.config import ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig
+from labkit.data import load_corpus
+from labkit.plan.network import NetworkScenario
+from labkit.plan.plan import Plan
+from labkit.runtime.checkpoint import load_checkpoint, save_checkpoint
+from labkit.sim.events_sim import run_events
+from labkit.sim.presets import small_swarm
+from labkit.sim.scenario import SimScenario
+from labkit.sim.traces import ChurnModel
+
+CFG = RunConfig(model=ModelConfig(size="nano", seq_len=32), global_batch=16, microbatch=4, steps=5, eval_every=0)
+TRAIN = ["train", "--seq-len", "32", "--global-batch", "16", "--microbatch", "4", "--steps", "5", "--eval-every", "0",
+         "--no-progress"]
+GARBAGE = bytes(range(256)) * 8
+NON_UTF8 = b'\xff\xfe{"a": 1}'
+PLAN = {"method": "dtfm", "scenario": "t", "time": 1.0, "parts": {"dp": 0.1, "pp": 0.2, "compute": 0.3},
+        "stages": [{"devices": ["a", "b"], "layers": 9, "roles": ["replica", "replica"]},
+                   {"devices": ["c"], "layers": 3, "roles": ["replica"]}], "links": [[["a", "c", 1.0]]]}
+NETWORK = {"name": "n", "devices": [{"name": "a"}, {"name": "b"}], "delay": [[0, 0.01], [0.01, 0]],
+           "bandwidth": [[0, 1e9], [1e9, 0]]}
+SCENARIO = {"stages": 2, "duration": 30, "peers": [{"device": "T4", "count": 2, "stage": 0},
+                                                   {"device": "T4", "count": 2, "stage": 1}]}
+
+
+def cli_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run `labkit argv`; check it exits 2 with one `labkit <cmd>: error:` line on stderr; return that line."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert err.count("\n") == 0 and err.startswith(f"labkit {argv[0]}: error: "), err
+    return err
+
+
+def write(path: Path, content: bytes | str | object) -> Path:
+    """Write bytes, text, or anything else as JSON, to `path`."""
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return path
+
+
+# -- checkpoints: `--resume` and labkit.launch(cfg, resume=...) ------------------------------------
+
+class RunsCode:
+    """Unpickling this runs code: a checkpoint must never do that."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.marker,))
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> Path:
+    """A checkpoint of CFG at step 2 with tiny stand-in stage states."""
+    stages = [{"params": {"w": torch.zeros(2)}, "optimizer": {}, "param_names": ["w"]} for _ in range(CFG.stages)]
+    return save_checkpoint(tmp_path / "good.pt", CFG, 2, stages)
+
+
+def _doctored(good: Path, path: Path, **changes: object) -> Path:
+    """`good` with some top-level entries replaced (None removes the entry)."""
+    data = torch.load(good, weights_only=True)
+    for key, value in changes.items():
+        data.pop(key) if value is None else data.__setitem__(key, value)
+    torch.save(data, path)
+    return path
+
+
+BAD_CHECKPOINTS = {
+    "empty": lambda good, p: write(p, b""),
+    "garbage": lambda good, p: write(p, GARBAGE),
+    "truncated": lambda good, p: write(p, good.read_bytes()[:100]),
+    "json": lambda good, p: write(p, "{}"),
+    "non_utf8": lambda good, p: write(p, NON_UTF8),
+    "folder": lambda good, p: (p.mkdir(), p)[1],
+    "missing": lambda good, p: p,
+    "a_list": lambda good, p: (torch.save([1, 2], p), p)[1],
+    "no_config": lambda good, p: _doctored(good, p, config=None),
+    "bad_config": lambda good, p: _doctored(good, p, config={**CFG.to_dict(), "lr": "fast"}),
+    "step_text": lambda good, p: _doctored(good, p, step="3"),
+    "step_negative": lambda good, p: _doctored(good, p, step=-1),
+    "one_stage": lambda good, p: _doctored(good, p, stages=[{"params": {}}]),
+    "rng_text": lambda good, p: _doctored(good, p, torch_rng="x"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_CHECKPOINTS))
+def test_a_bad_checkpoint_raises_one_error_naming_the_file(kind: str, checkpoint: Path, tmp_path: Path) -> None:
+    path = BAD_CHECKPOINTS[kind](checkpoint, tmp_path / f"{kind}.pt")
+    with pytest.raises((ValueError, FileNotFoundError), match=f"{kind}.pt") as err:
+        load_checkpoint(path, CFG)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["truncated", "garbage", "no_config", "folder"])
+def test_resume_from_a_bad_checkpoint_is_one_line_and_leaves_no_run_directory(
+        kind: str, checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = BAD_CHECKPOINTS[kind](checkpoint, tmp_path / f"{kind}.pt")
+    assert f"{kind}.pt" in cli_error([*TRAIN, "--run-dir", str(tmp_path / "run"), "--resume", str(path)], capsys)
+    with pytest.raises(ValueError, match=f"{kind}.pt"):
+        labkit.launch(CFG, resume=path, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_unrun(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    torch.save({"format": "labkit-checkpoint-1", "config": RunsCode(marker)}, tmp_path / "evil.pt")
+    with pytest.raises(ValueError, match="evil.pt.*refers to code"):
+        load_checkpoint(tmp_path / "evil.pt", CFG)
+    assert not marker.exists()
+
+
+def test_good_checkpoints_still_load_with_a_diloco_stage(tmp_path: Path) -> None:
+    stages = [{"params": {"w": torch.ones(2)}, "sync": SyncConfig(mode="diloco")} for _ in range(CFG.stages)]
+    data = load_checkpoint(save_checkpoint(tmp_path / "c.pt", CFG, 1, stages), CFG)
+    assert data["step"] == 1 and data["stages"][0]["sync"].mode == "diloco"
+
+
+# -- plan.json: `train --plan`, `simulate --plan`, Plan.load / from_json ---------------------------
+
+BAD_PLANS = {
+    "empty": "", "garbage": GARBAGE, "non_utf8": NON_UTF8, "a_list": [1, 2], "null": None, "no_stages": "-stages",
+    "stages_text": {"stages": "ab"}, "stage_a_list": {"stages": [[1], [2]]},
+    "no_layers": {"stages": [{"devices": ["a"]}]},
+    "devices_text": {"stages": [{"devices": "ab", "layers": 1}, {"devices": ["c"], "layers": 1}]},
+    "device_numbers": {"stages": [{"devices": [1], "layers": 1}, {"devices": [2], "layers": 1}]},
+    "layers_text": {"stages": [{"devices": ["a"], "layers": "3"}, {"devices": ["c"], "layers": 1}]},
+    "link_pairs": {"links": [[["a", "c"]]]}, "share_text": {"links": [[["a", "c", "half"]]]},
+    "time_text": {"time": "x"},
+    "time_nan": {"time": math.nan}, "parts_list": {"parts": [1]}, "meta_list": {"meta": [1]},
+}
+
+
+def _plan_file(tmp_path: Path, kind: str) -> Path:
+    """A plan.json spoiled as BAD_PLANS[kind] says: raw content, a removed key, or changed keys."""
+    bad = BAD_PLANS[kind]
+    if isinstance(bad, dict):
+        bad = {**PLAN, **bad}
+    elif isinstance(bad, str) and bad.startswith("-"):
+        bad = {k: v for k, v in PLAN.items() if k != bad[1:]}
+    return write(tmp_path / f"{kind}.json", bad if isinstance(bad, (bytes, str)) else json.dumps(bad))
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_PLANS))
+def test_a_bad_plan_raises_one_config_error(kind: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="Plan") as err:
+        Plan.load(_plan_file(tmp_path, kind))
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["empty", "non_utf8", "a_list", "no_stages", "share_text"])
+def test_train_and_simulate_reject_a_bad_plan_in_one_line(kind: str, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(_plan_file(tmp_path, kind))
+    assert "Plan." in cli_error([*TRAIN, "--run-dir", str(tmp_path / "run"), "--plan", path], capsys)
+    assert "Plan." in cli_error(["simulate", "--plan", path, "--network", "dtfm_regional"], capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_plan_files_that_are_not_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="not a folder"):
+        Plan.load(tmp_path)
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        Plan.load(tmp_path / "nope.json")
+    with pytest.raises(ConfigError, match="Plan.json.*JSON"):
+        Plan.from_json("{oops")
+    assert "nope.json" in cli_error([*TRAIN, "--plan", str(tmp_path / "nope.json")], capsys)
+
+
+# -- scenario files: `labkit plan SCENARIO` and `labkit simulate SCENARIO` -------------------------
+
+BAD_NETWORKS = {
+    "empty": "", "garbage": GARBAGE, "non_utf8": NON_UTF8, "a_list": [], "no_name": {"devices": [{"kind": "V100"}]},
+    "kind_list": {"devices": [{"name": "a", "kind": ["V100"]}, {"name": "b"}]}, "extra_list": {"extra": [1]},
+    "region_list": {"devices": [{"name": "a", "region": [1]}, {"name": "b"}]}, "name_list": {"name": [1]},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_NETWORKS))
+def test_a_bad_network_scenario_is_one_line(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = BAD_NETWORKS[kind]
+    path = write(tmp_path / f"{kind}.json", {**NETWORK, **bad} if isinstance(bad, dict) else bad)
+    with pytest.raises(ConfigError):
+        NetworkScenario.load(path)
+    cli_error(["plan", str(path), "--method", "random", "--stages", "1", "--out", str(tmp_path / "out")], capsys)
+    assert not (tmp_path / "out").exists()
+
+
+BAD_SCENARIOS = {
+    "empty": "", "garbage": GARBAGE, "non_utf8": NON_UTF8, "a_list": [], "null": None,
+    "device_list": {"peers": [{"device": ["T4"], "count": 1, "stage": 0}, {"device": "T4", "count": 1, "stage": 1}]},
+    "join_device_list": {"join_device": ["T4"]}, "unknown_key": {"zzz": 1}, "peers_object": {"peers": {"device": "T4"}},
+}
+HUGE_SCENARIOS = {
+    "count_huge": {"peers": [{"device": "T4", "count": 10**9, "stage": 0}, {"device": "T4", "count": 1, "stage": 1}]},
+    "duration_huge": {"duration": 1e12}, "bins_tiny": {"bin_seconds": 1e-6},
+    "rebalance_tiny": {"rebalance_period": 1e-6},
+    "trainers_huge": {"trainers": 10**9}, "window_huge": {"window": 10**9}, "trace_huge": {"trace": [[1, 10**9]]},
+    "leave_huge": {"trace": [[1, -10**9]]}, "churn_huge": {"churn": {"hours": 1e6, "join_per_hour": 1e6}},
+    "seed_huge": {"seed": 2**70},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_SCENARIOS))
+def test_a_bad_simulation_scenario_is_one_line(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = BAD_SCENARIOS[kind]
+    path = write(tmp_path / f"{kind}.json", {**SCENARIO, **bad} if isinstance(bad, dict) else bad)
+    with pytest.raises(ConfigError):
+        SimScenario.load(path)
+    cli_error(["simulate", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_scenario_paths_that_are_not_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="not a folder"):
+        SimScenario.load(tmp_path)
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        NetworkScenario.load(tmp_path / "nope.json")
+    assert "not a folder" in cli_error(["simulate", str(tmp_path)], capsys)
+
+
+# -- output folders ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("under", [False, True], ids=["a_file", "under_a_file"])
+def test_an_output_folder_that_is_a_file_is_one_line(under: bool, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    file = write(tmp_path / "afile", "keep me")
+    out = str(file / "sub" if under else file)
+    assert "afile" in cli_error([*TRAIN, "--run-dir", out], capsys)
+    assert "afile" in cli_error(["plan", "--preset", "dtfm_regional", "--n", "8", "--out", out], capsys)
+    assert "afile" in cli_error(["simulate", "--preset", "small-swarm", "--out", out], capsys)
+    assert file.read_text() == "keep me"
+
+
+# -- size knobs: plan, simulate and train --plan ---------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["plan", "--preset", "dtfm_world", "--n", "100000000"], "argument --n: 100000000 is not allowed"),
+    (["plan", "--preset", "dtfm_world", "--n", "520"], "from 1 to 512"),
+    (["plan", "--preset", "dtfm_world", "--generations", "1000000000"], "argument --generations"),
+    (["plan", "--preset", "dtfm_world", "--layers", "1" + "0" * 400], "argument --layers"),
+    (["simulate", "--preset", "small-swarm", "--max-hops", "10000000000"], "argument --max-hops"),
+    (["simulate", "--preset", "small-swarm", "--duration", "1e12"], "Scenario.duration"),
+    (["simulate", "--preset", "small-swarm", "--seed", "-1"], "argument --seed"),
+])
+def test_absurd_sizes_are_one_line(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert needle in cli_error(argv, capsys)
+
+
+@pytest.mark.parametrize("kind", sorted(HUGE_SCENARIOS))
+def test_a_huge_simulation_scenario_is_one_line(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path / f"{kind}.json", {**SCENARIO, **HUGE_SCENARIOS[kind]})
+    with pytest.raises(ConfigError):
+        SimScenario.load(path)
+    cli_error(["simulate", str(path), "--out", str(tmp_path / "out")], capsys)
+
+
+def test_a_scenario_file_with_more_devices_than_the_planner_takes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("labkit.cli.plan.MAX_DEVICES", 1)
+    path = write(tmp_path / "two.json", NETWORK)
+    assert "at most 1 devices (it has 2)" in cli_error(["plan", str(path), "--out", str(tmp_path / "o")], capsys)
+
+
+def test_max_peers_is_at_least_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = str(write(tmp_path / "p.json", PLAN))
+    assert "argument --max-peers" in cli_error([*TRAIN, "--plan", plan, "--max-peers", "0"], capsys)
+
+
+def test_the_device_limit_is_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    assert "At most 512" in " ".join(capsys.readouterr().out.split())
+
+
+def test_simulator_api_bounds() -> None:
+    with pytest.raises(ConfigError, match="max_hops"):
+        run_events(small_swarm(), max_hops=10**10)
+    with pytest.raises(ConfigError, match="rebalance_period.*events mode"):
+        run_events(SimScenario.from_dict({**SCENARIO, "peers": [{"device": "T4", "count": 50_000, "stage": 0},
+                                                                {"device": "T4", "count": 50_000, "stage": 1}],
+                                          "duration": 6000, "rebalance_period": 60}))
+    with pytest.raises(ConfigError, match="ChurnModel.hours"):
+        ChurnModel(hours=1e9, join_per_hour=1.0)
+
+
+# -- divergence bounds of the run configs --------------------------------------------------------
+
+@pytest.mark.parametrize(("owner", "field", "value", "allowed"), [
+    (RunConfig, "lr", 1e308, "<= 10"), (RunConfig, "lr", 10.5, "<= 10"), (RunConfig, "lr", math.inf, "<= 10"),
+    (RunConfig, "weight_decay", 1e300, "<= 1"), (RunConfig, "peer_timeout", 1e308, "<= 86400"),
+    (RunConfig, "rebalance_period", 1e308, "<= 86400"), (SyncConfig, "outer_lr", 100.0, "<= 2"),
+    (RunConfig, "seed", 2**70, "< 2"), (ModelConfig, "seq_len", 10**8, "<= 65536"),
+])
+def test_absurd_numbers_are_refused_with_the_range(owner: type, field: str, value: float, allowed: str) -> None:
+    with pytest.raises(ConfigError, match=f"{owner.__name__}.{field}=.* is not allowed: .*{allowed}") as err:
+        owner(**{field: value})
+    assert err.value.field == field
+
+
+def test_sane_extremes_are_accepted() -> None:
+    RunConfig(lr=10.0, weight_decay=1.0, peer_timeout=86_400.0, rebalance_period=86_400.0)
+    SyncConfig(outer_lr=2.0)
+
+
+@pytest.mark.parametrize(("flag", "value", "needle"), [
+    ("--lr", "1e10", "RunConfig.lr=10000000000.0"), ("--outer-lr", "1e10", "SyncConfig.outer_lr"),
+    ("--rebalance-period", "1e300", "RunConfig.rebalance_period"), ("--seed", str(2**70), "RunConfig.seed"),
+    ("--seq-len", "100000000", "ModelConfig.seq_len"),
+])
+def test_absurd_training_flags_are_one_line(flag: str, value: str, needle: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert needle in cli_error(["train", flag, value], capsys)
+
+
+# -- data ----------------------------------------------------------------------------------------
+
+def test_a_single_small_text_file_is_split_by_position(tmp_path: Path) -> None:
+    book = write(tmp_path / "book.txt", bytes(range(32, 127)) * 1700)  # 161.5 KB: 3 chunks, all hashed to train
+    corpus = load_corpus(DataConfig(path=str(book)))
+    assert corpus.val.size == round(book.stat().st_size * 0.1) and corpus.train.size + corpus.val.size == 161_500
+    assert corpus.val.tobytes() == book.read_bytes()[-corpus.val.size:]
+
+
+def test_train_on_a_single_small_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    book = write(tmp_path / "book.txt", bytes(range(32, 127)) * 1700)
+    assert main([*TRAIN, "--steps", "2", "--data", str(book), "--run-dir", str(tmp_path / "run")]) == 0
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "finished"
+
+
+@pytest.mark.parametrize(("content", "needle"), [(b"", "too small"), (b"x" * 3000, "too small"),
+                                                 (b"x" * 6000, "window of --seq-len")])
+def test_too_little_data_is_a_bad_flag(content: bytes, needle: str, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    data = write(tmp_path / "small.txt", content)
+    seq = ["--seq-len", "2048"] if "window" in needle else []
+    err = cli_error([*TRAIN, *seq, "--data", str(data), "--run-dir", str(tmp_path / "run")], capsys)
+    assert needle in err and "small.txt" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_empty_folder_is_too_small(tmp_path: Path) -> None:
+    os.mkdir(tmp_path / "none")
+    with pytest.raises(ValueError, match="none is too small"):
+        load_corpus(DataConfig(path=str(tmp_path / "none")))
