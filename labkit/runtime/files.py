@@ -23,7 +23,11 @@ def claim(run_dir: Path) -> Path:
     that holds a run's files."""
     if run_dir.exists() and not run_dir.is_dir():
         raise NotADirectoryError(f"run_dir {str(run_dir)!r} is a file: give a directory for the run's files")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file on its path, no permission, ...
+        raise NotADirectoryError(f"run_dir {str(run_dir)!r} cannot be made: {exc.strerror} "
+                                 f"({exc.filename}); give a directory you can write") from None
     held = [name for name in RUN_FILES if (run_dir / name).exists()]
     if held:
         raise _taken(run_dir, held)

@@ -52,6 +52,8 @@ def test_a_file_is_refused_as_run_directory_and_an_empty_directory_is_taken(smal
     notes.write_text("mine")
     with pytest.raises(NotADirectoryError, match=f"run_dir {str(notes)!r} is a file"):
         labkit.launch(small_run, run_dir=notes)
+    with pytest.raises(NotADirectoryError, match="cannot be made: Not a directory"):
+        labkit.launch(small_run, run_dir=notes / "under")
     assert notes.read_text() == "mine"
     empty = tmp_path / "empty"
     empty.mkdir()
