@@ -204,9 +204,9 @@ class DaskPeers:
             c.trainer_lost(what, reason)
             self._restart(trainer)
             return
-        peer = c.members.peer(what)
+        peer = c.members.peers.get(what)  # without the lock, which a step boundary waiting on this peer holds
         if isinstance(peer, RemotePeer) and peer.worker == worker:
-            peer.crashed()  # requests waiting on it fail now, even while the boundary holds the lock
+            peer.crashed()  # requests waiting on it fail now, so that boundary goes on (and evicts it)
             c.members.evict(what, reason)
 
     def _restart(self, trainer: RemoteTrainer) -> None:
