@@ -83,23 +83,33 @@ def gather(c: Coordinator, method: str, calls: list[tuple[PeerHandle, tuple]]) -
 
 def gather_gradients(c: Coordinator) -> Gathered | None:
     """Every stage's live peers and their gradient sums, checked against the ledger's credits;
-    None if a peer had to be evicted."""
+    None if a peer had to be evicted. A peer holding more samples than credited is evicted only
+    when a trainer died mid-microbatch since the last step (its request may have accumulated
+    with no credit ever coming); otherwise the accounting broke, and the run stops loudly."""
     peers = [c.members.live(stage) for stage in range(c.cfg.stages)]
     taken = gather(c, "gradients", [(p, ()) for stage_peers in peers for p in stage_peers])
     if any(t is None for t in taken):
         return None
-    gathered, rest = [], iter(taken)
+    gathered, orphaned, rest = [], [], iter(taken)
     for stage, stage_peers in enumerate(peers):
         stage_taken = [next(rest) for _ in stage_peers]
         credited = c.ledger.samples(stage)
         for p, (_, samples) in zip(stage_peers, stage_taken):
-            if samples != credited.get(p.name, 0):
+            if samples > credited.get(p.name, 0) and c.orphans:
+                orphaned.append(p.name)
+            elif samples != credited.get(p.name, 0):
                 raise RuntimeError(f"accounting broke: {p.name} accumulated {samples} samples, "
                                    f"ledger credits {credited.get(p.name, 0)}")
+        gathered.append((stage_peers, stage_taken))
+    for name in orphaned:
+        c.members.evict(name, "holds gradients of a microbatch whose trainer died")
+    if orphaned:
+        return None
+    c.orphans = 0
+    for stage, (_, stage_taken) in enumerate(gathered):
         total = sum(n for _, n in stage_taken)
         if total != c.cfg.global_batch:
             raise RuntimeError(f"stage {stage} summed {total} samples, not the global batch {c.cfg.global_batch}")
-        gathered.append((stage_peers, stage_taken))
     return gathered
 
 

@@ -56,6 +56,7 @@ class Coordinator:
         self.diverged: str | None = None  # why the run stopped on a non-finite step, if it did
         self.step_hooks: list[Callable[[int], None]] = []  # called after each step, lock held
         self.held: dict[str, Task] = {}  # trainer -> the microbatch attempt it works on
+        self.orphans = 0  # attempts whose trainer died since the last step (peers may hold their gradients)
         self._last_state: dict[str, Any] = {"status": "starting", "step": step, "stages": []}
         self.members = Membership(self, stage_bounds(cfg.layer_split))
         factory.bind(self)
@@ -138,12 +139,14 @@ class Coordinator:
             self.cond.notify_all()
 
     def trainer_lost(self, trainer: str, reason: str) -> None:
-        """A trainer died with its microbatch: hand the microbatch out again (nothing credited)."""
+        """A trainer died with its microbatch: hand the microbatch out again (nothing credited).
+        The event comes first: the lock may be held a while (a joining peer starting)."""
+        self.emit(events.setting(self.clock(), name="trainer_lost", value=f"{trainer}: {reason}"))
         with self.cond:
             task = self.held.pop(trainer, None)
             if task is not None:
                 self.ledger.finish(task, {}, None)
-            self.emit(events.setting(self.clock(), name="trainer_lost", value=f"{trainer}: {reason}"))
+                self.orphans += 1
             self.cond.notify_all()
 
     def stage_empty(self, stage: int) -> None:

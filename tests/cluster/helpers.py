@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from distributed import Client, LocalCluster
 
 import labkit
@@ -22,3 +24,13 @@ def wait_for_restart(cluster: LocalCluster) -> None:
     next run of the shared cluster does not place an actor on the dead one."""
     with Client(cluster.scheduler_address) as client:
         client.wait_for_workers(WORKERS, timeout=120)
+
+
+def local_cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[LocalCluster]:
+    """A LocalCluster of `WORKERS` processes on loopback whose workers (restarted ones too) the
+    process reaper leaves alone; closed when the generator ends."""
+    with LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as lc:
+        kept_processes.append(lambda: {n.process.process.pid for n in lc.workers.values()
+                                       if n.process is not None and n.process.process is not None})
+        yield lc

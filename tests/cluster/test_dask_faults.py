@@ -8,6 +8,7 @@ test_dask_backend.py::test_a_peer_failing_mid_average_is_dropped_with_exact_acco
 
 Bounds: detection is asserted under `DETECT_SECONDS` and the longest gap between steps under
 `STALL_SECONDS`; on a quiet 2-core machine both are a few seconds (docs/benchmarks.md).
+These tests SIGKILL up to five workers, so they use a cluster of their own, not the shared one.
 """
 
 from __future__ import annotations
@@ -15,22 +16,29 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from distributed import Client
+from distributed import Client, LocalCluster
 
 import labkit
 from labkit.config import ModelConfig, RunConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.runtime.reference import train_reference
-from tests.cluster.helpers import assert_exact_accounting, wait_for_restart
+from tests.cluster.helpers import assert_exact_accounting, local_cluster, wait_for_restart
 
 pytestmark = pytest.mark.slow
 DETECT_SECONDS = 15.0  # a kill to its `killed` event, on a loaded CI machine
 STALL_SECONDS = 30.0  # the longest gap between two steps of a run that loses workers
+
+
+@pytest.fixture(scope="module")
+def cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[LocalCluster]:
+    """This module's own cluster: the kills here leave the shared one whole for other tests."""
+    yield from local_cluster(kept_processes)
 
 
 def _kill_worker(cluster, address: str) -> float:
@@ -122,7 +130,6 @@ def test_three_kills_and_a_trainer_kill_in_a_row(cluster, small_run: RunConfig, 
     assert _longest_stall(run) < STALL_SECONDS, _longest_stall(run)
     _resumes(tmp_path, cfg)
     print("detection: " + ", ".join(f"{s:.2f} s" for s in detected))
-    wait_for_restart(cluster)
 
 
 def _trainer_names(dask_worker=None) -> list[str]:

@@ -99,3 +99,17 @@ def test_verbs_after_the_run_ended_are_refused_with_one_clear_error() -> None:
         c.members.kill_peer("s0p0")
     with pytest.raises(RuntimeError, match="set_compression is not available"):
         c.set_compression("fp16")
+
+
+def test_gradients_of_a_dead_trainers_microbatch_evict_the_peer_that_holds_them() -> None:
+    """A trainer dies mid-microbatch: a peer accumulated its gradient, no credit will come. The
+    peer is evicted (its credits recomputed) instead of the run stopping on broken accounting."""
+    c, peers, log = _coordinator()
+    task, _ = c.next_task("t9")
+    peers.made["s1p1"].accumulate([1.0, 1.0], 2)  # t9's loss request reached s1p1, then t9's worker died
+    c.trainer_lost("t9", "its worker left")
+    _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0"]})
+    _boundary(c)
+    killed, = [e for e in log.history("peer") if e["state"] == "killed"]
+    assert killed["peer"] == "s1p1" and "trainer died" in killed["reason"]
+    assert not log.history("step"), "the step waits for the evicted peer's samples"
