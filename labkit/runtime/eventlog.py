@@ -25,6 +25,7 @@ class EventLog:
         self._lock = threading.Lock()
         self._history: deque[Event] = deque(maxlen=keep)
         self._count = 0  # events emitted so far: the index the next one gets
+        self._latest: dict[str, Event] = {}  # the last event of each type
         self._subscribers: list[queue.Queue[Event]] = []
         self.listeners: list[Callable[[Event], None]] = []  # called with every event, in order
         self._file = open(path, "a", encoding="utf-8") if path else None
@@ -33,6 +34,7 @@ class EventLog:
         """Record one event and hand it to every subscriber."""
         with self._lock:
             self._history.append(event)
+            self._latest[event["type"]] = event
             self._count += 1
             for listener in self.listeners:
                 listener(event)
@@ -57,6 +59,11 @@ class EventLog:
         """Events so far (the last `keep`), optionally only of one type."""
         with self._lock:
             return [e for e in self._history if kind is None or e["type"] == kind]
+
+    def latest(self, kind: str) -> Event | None:
+        """The last event of type `kind` emitted so far (None if none was)."""
+        with self._lock:
+            return self._latest.get(kind)
 
     def since(self, index: int) -> tuple[list[Event], int]:
         """Events numbered `index` onward that are still in the history, and the next index

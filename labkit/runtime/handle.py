@@ -142,17 +142,17 @@ class RunHandle(ABC):
         if (step is None) == (event is None):
             raise ValueError("wait_for needs exactly one of step=N or event=...")
         if step is not None:
-            wanted = step
-
             def match(e: Event) -> bool:
-                return e["type"] == "step" and e["step"] >= wanted
+                return e["type"] == "step" and e["step"] >= step
         else:
             def match(e: Event) -> bool:
                 return matches(e, event)
         live = self.events.subscribe()
         try:
-            for e in self.events.history():
-                if match(e):
+            # a step wait needs only the latest step event, not a copy of the whole history
+            earlier = [self.events.latest("step")] if step is not None else self.events.history()
+            for e in earlier:
+                if e is not None and match(e):
                     return e
             deadline = time.monotonic() + timeout
             while True:

@@ -177,11 +177,16 @@ def test_train_and_simulate_reject_a_bad_plan_in_one_line(kind: str, tmp_path: P
     assert not (tmp_path / "run").exists()
 
 
-def test_plan_files_that_are_not_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("loader", [Plan.load, NetworkScenario.load, SimScenario.load],
+                         ids=["plan", "network", "simulation"])
+def test_a_folder_or_a_missing_file_is_one_error(loader, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a folder"):
-        Plan.load(tmp_path)
+        loader(tmp_path)
     with pytest.raises(FileNotFoundError, match="nope.json"):
-        Plan.load(tmp_path / "nope.json")
+        loader(tmp_path / "nope.json")
+
+
+def test_plan_files_that_are_not_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ConfigError, match="Plan.json.*JSON"):
         Plan.from_json("{oops")
     assert "nope.json" in cli_error([*TRAIN, "--plan", str(tmp_path / "nope.json")], capsys)
@@ -232,10 +237,6 @@ def test_a_bad_simulation_scenario_is_one_line(kind: str, tmp_path: Path, capsys
 
 
 def test_scenario_paths_that_are_not_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(ConfigError, match="not a folder"):
-        SimScenario.load(tmp_path)
-    with pytest.raises(FileNotFoundError, match="nope.json"):
-        NetworkScenario.load(tmp_path / "nope.json")
     assert "not a folder" in cli_error(["simulate", str(tmp_path)], capsys)
 
 

@@ -70,14 +70,14 @@ class DaskPeers:
     def __init__(self, cfg: RunConfig, *, client: Client, run_id: str, coordinator: tuple[type, str, str],
                  host: str) -> None:
         self.cfg, self.client, self.run_id, self.coordinator_actor, self.host = cfg, client, run_id, coordinator, host
-        here = coordinator[1]
+        self.here = coordinator[1]  # the coordinator's worker: trainers share it when no worker is free
         self.t0_wall = time.time()
         self.directory = StageDirectory(node_for(run_id, [], host), run_id, cfg.stages)
         self.dht_peers = self.directory.node.maddrs()
         self.coordinator: Coordinator | None = None
         self._announced: dict[str, dict[str, Any]] = {}
         self._last_seen: dict[str, float] = {}
-        self._placed: dict[str, str] = {here: "coordinator"}  # worker address -> what runs there
+        self._placed: dict[str, str] = {self.here: "coordinator"}  # worker address -> what runs there
         self._initial_workers = set(cluster_workers(client))
         client.run(join, run_id, self.dht_peers, host)  # every worker joins the DHT now, in parallel
 
@@ -101,9 +101,8 @@ class DaskPeers:
 
     def start_trainers(self, count: int) -> list[RemoteTrainer]:
         """One trainer per free worker (CPU workers first); with too few, they share the coordinator's."""
-        coordinator = next(w for w, what in self._placed.items() if what == "coordinator")
         trainers = []
-        for i, worker in enumerate(trainer_workers(cluster_workers(self.client), self._placed, count, coordinator)):
+        for i, worker in enumerate(trainer_workers(cluster_workers(self.client), self._placed, count, self.here)):
             self._placed.setdefault(worker, f"t{i}")
             trainers.append(RemoteTrainer(self, f"t{i}", worker))
         return trainers
@@ -199,7 +198,7 @@ class DaskPeers:
         c = self.coordinator
         reason = f"its Dask worker {worker} left the cluster"
         del self._placed[worker]
-        trainer = next((t for t in c.trainers if t.name == what and isinstance(t, RemoteTrainer)), None)
+        trainer = next((t for t in c.trainers if t.name == what), None)
         if trainer is not None:
             c.trainer_lost(what, reason)
             self._restart(trainer)
@@ -211,8 +210,7 @@ class DaskPeers:
 
     def _restart(self, trainer: RemoteTrainer) -> None:
         """Start a lost trainer again, under its name, on a free worker (or the coordinator's)."""
-        coordinator = next(w for w, what in self._placed.items() if what == "coordinator")
-        worker, = trainer_workers(cluster_workers(self.client), self._placed, 1, coordinator)
+        worker, = trainer_workers(cluster_workers(self.client), self._placed, 1, self.here)
         self._placed.setdefault(worker, trainer.name)
         trainer.worker = worker
         trainer.start()
