@@ -8,13 +8,15 @@ a hard deadline, and a failure says what answered at the address.
 from __future__ import annotations
 
 import socket
-from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from urllib.parse import urlparse
 
 from distributed import Client, LocalCluster
 
 from labkit.config import RunConfig
+from labkit.runtime.background import in_background
 
 CONNECT_TIMEOUT = 10  # seconds to reach a given scheduler
 SPARE_WORKERS = 1  # an embedded cluster's workers beyond peers, trainers and coordinator: room for add_peer
@@ -29,9 +31,8 @@ def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> t
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
                                dashboard_address=f"{host}:0")
         return Client(cluster), cluster
-    pool = ThreadPoolExecutor(1, thread_name_prefix="labkit-connect")
-    attempt = pool.submit(Client, scheduler, timeout=CONNECT_TIMEOUT)
-    pool.shutdown(wait=False)
+    # a daemon thread: a handshake that never ends must not keep the process alive at exit
+    attempt = in_background(partial(Client, scheduler, timeout=CONNECT_TIMEOUT), name="labkit-connect")
     try:
         return attempt.result(CONNECT_TIMEOUT + 5), None
     except FutureTimeout:
