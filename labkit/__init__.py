@@ -21,4 +21,8 @@ def __getattr__(name: str):
         from labkit.runtime.handle import RunHandle
 
         return RunHandle
+    if name == "lab":
+        import labkit.lab
+
+        return labkit.lab
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")

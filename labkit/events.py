@@ -32,6 +32,11 @@ def peer(t: float, *, peer: str, stage: int, state: str, queue: int) -> Event:
     return {"type": "peer", "t": t, "peer": peer, "stage": stage, "state": state, "queue": int(queue)}
 
 
+def load(t: float, *, peer: str, stage: int, queue: int) -> Event:
+    """A peer's request-queue length, published a few times a second (the stage-load charts)."""
+    return {"type": "load", "t": t, "peer": peer, "stage": stage, "queue": int(queue)}
+
+
 def evaluation(t: float, *, step: int, val_loss: float) -> Event:
     """Validation loss (mean cross-entropy, nats per token) after `step` optimizer steps."""
     return {"type": "eval", "t": t, "step": step, "val_loss": val_loss}

@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ["labkit.cli.train", "labkit.cli.plan", "labkit.cli.simulate"]
+COMMANDS = ["labkit.cli.train", "labkit.cli.plan", "labkit.cli.simulate", "labkit.cli.report"]
 
 
 class _Parser(argparse.ArgumentParser):

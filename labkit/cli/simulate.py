@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from labkit.cli.args import int_in, out_dir
 from labkit.config import ConfigError
+from labkit.lab.report import SIM_SERIES, write_report
 from labkit.sim import MODES, SimScenario
 from labkit.sim.events_sim import MAX_HOPS, check_events, run_events
 from labkit.sim.fluid import run_fluid
@@ -95,11 +96,11 @@ def _run(args: argparse.Namespace) -> int:
         for event in result.events:
             f.write(json.dumps(_finite(event)) + "\n")
     (args.out / "summary.json").write_text(json.dumps(_finite(summary), indent=2))
-    from labkit.cli.sim_report import write_report
-    write_report(args.out / "report.html", title=f"labkit simulate: {scenario.name}", summary=summary,
-                 series=throughput_series(result), events=result.events)
+    (args.out / SIM_SERIES).write_text(json.dumps(_finite(throughput_series(result))))
+    report = write_report(args.out)
     print(f"simulated {scenario.duration:.0f} s of {scenario.name} ({args.mode}) in {result.wall_seconds:.1f} s: "
           f"{summary['samples_per_s']:.1f} samples/s, {summary['percent_of_optimal']:.1f} % of optimal -> {args.out}")
+    print(f"report: {report}")
     return 0
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from labkit.cli.args import int_in, out_dir
+from labkit.lab.report import write_report
 from labkit.config import (INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES, ConfigError, DataConfig,
                            ModelConfig, RunConfig, SyncConfig)
 
@@ -85,6 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", type=out_dir, default=None, help="output folder (default runs/<date-time>)")
     p.add_argument("--resume", type=Path, default=None, metavar="CHECKPOINT", help="continue from a checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="print one line per evaluation instead of a bar")
+    p.add_argument("--no-report", action="store_true", help="skip writing report.html (charts of the run) at the end")
     p.set_defaults(handler=run_train)
 
 
@@ -197,6 +199,8 @@ def run_train(args: argparse.Namespace) -> int:
     print(json.dumps({k: summary.get(k) for k in ("status", "steps", "val_loss_before", "val_loss_after",
                                                   "tokens_per_second", "seconds", "pipeline_bytes_total",
                                                   "dp_bytes_total")}, indent=None))
+    if not args.no_report:
+        print(f"report: {write_report(run_dir)}")
     return _report(summary, run_dir)
 
 

@@ -1,69 +1,96 @@
-"""Altair charts that read only events (labkit.events), so simulated and real runs render alike.
+"""The lab's altair charts, each a fixed spec over named datasets that `labkit.lab.rows.Rows` fills.
 
-Each chart is a fixed spec over rows computed from events (`*_rows`), so a live view can swap in
-new rows without rebuilding or re-validating the chart.
+A chart is built and validated once (`CHARTS[name]()`); drawing new data only swaps its
+`datasets` (`with_data`), the cheap path LAB.md measured for live updates. The same specs render
+statically in reports (`figure`), so live, replayed and simulated runs look alike. Every time axis
+carries the run's kills, joins, moves, splits, codec and sync changes as labelled rules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import Any
 
 import altair as alt
 
-from labkit.events import Event
-
-Row = dict[str, Any]
-
-
-def loss_rows(events: Iterable[Event]) -> list[Row]:
-    """Training loss per step and validation loss at each evaluation."""
-    rows: list[Row] = []
-    for e in events:
-        if e["type"] == "step":
-            rows.append({"step": e["step"], "loss": e["loss"], "kind": "train"})
-        elif e["type"] == "eval":
-            rows.append({"step": e["step"], "loss": e["val_loss"], "kind": "validation"})
-    return rows
+Spec = dict[str, Any]
+WIDTH = 380
 
 
-def loss_chart(events: Iterable[Event]) -> alt.Chart:
-    """Training and validation loss against optimizer steps."""
-    return alt.Chart(alt.Data(values=loss_rows(events))).mark_line().encode(
-        x=alt.X("step:Q", title="optimizer step"),
-        y=alt.Y("loss:Q", title="loss (nats/byte)", scale=alt.Scale(zero=False)),
-        color=alt.Color("kind:N", title=None),
-    ).properties(title="Loss", width=360, height=220)
+def _marks(dataset: str = "marks") -> alt.LayerChart:
+    """Rules at the times of `dataset`'s rows, labelled with what happened."""
+    base = alt.Chart(alt.Data(name=dataset)).encode(x=alt.X("t:Q", title="seconds"))
+    rule = base.mark_rule(color="#888", strokeDash=[4, 3])
+    text = base.mark_text(angle=270, align="left", baseline="bottom", dx=-4, dy=-2, fontSize=9, color="#555",
+                          ).encode(text="what:N", y=alt.value(0))
+    return rule + text
 
 
-def hop_shares(events: Iterable[Event], window: tuple[float, float] | None = None) -> dict[str, float]:
-    """Each peer's share of its stage's forward hops (optionally within a time window)."""
-    counts: dict[tuple[int, str], int] = {}
-    for e in events:
-        if e["type"] == "hop" and e["direction"] == "forward" and (window is None or window[0] <= e["t"] < window[1]):
-            key = (e["stage"], e["peer"])
-            counts[key] = counts.get(key, 0) + 1
-    totals: dict[int, int] = {}
-    for (stage, _), n in counts.items():
-        totals[stage] = totals.get(stage, 0) + n
-    return {peer: n / totals[stage] for (stage, peer), n in sorted(counts.items())}
+def routing_chart() -> alt.Chart:
+    """Microbatches each trainer sent to each peer of a stage over the sliding window: IWRR
+    sends a peer twice as fast twice the work, and a killed peer's share moves to the survivors."""
+    return alt.Chart(alt.Data(name="routing")).mark_bar().encode(
+        y=alt.Y("peer:N", title=None),
+        x=alt.X("sum(microbatches):Q", title="microbatches in the window"),
+        color=alt.Color("trainer:N", title="trainer"),
+        row=alt.Row("stage:N", title="stage"),
+        tooltip=["stage:N", "peer:N", "trainer:N", "microbatches:Q"],
+    ).resolve_scale(y="independent").properties(title="Routing: who serves each stage", width=WIDTH, height=60)
 
 
-def share_rows(events: Iterable[Event], bucket_seconds: float = 1.0) -> list[Row]:
-    """Forward hops per (stage, peer, time bucket)."""
-    counts: dict[tuple[int, str, float], int] = {}
-    for e in events:
-        if e["type"] == "hop" and e["direction"] == "forward":
-            key = (e["stage"], e["peer"], round(e["t"] // bucket_seconds * bucket_seconds, 3))
-            counts[key] = counts.get(key, 0) + 1
-    return [{"stage": s, "peer": p, "t": t, "microbatches": n} for (s, p, t), n in counts.items()]
+def loads_chart() -> alt.LayerChart:
+    """Each peer's request-queue length over time, one panel per stage, with moves marked."""
+    lines = alt.Chart(alt.Data(name="loads")).mark_line(interpolate="step-after").encode(
+        x=alt.X("t:Q", title="seconds"), y=alt.Y("queue:Q", title="queued requests"),
+        color=alt.Color("peer:N"), strokeDash=alt.StrokeDash("stage:N"),
+        tooltip=["peer:N", "stage:N", "queue:Q", "t:Q"])
+    return (lines + _marks()).properties(title="Stage loads (queue length per peer)", width=WIDTH, height=160)
 
 
-def share_chart(events: Iterable[Event], bucket_seconds: float = 1.0) -> alt.Chart:
-    """Microbatches routed to each peer over time, one panel per stage: rerouting is visible."""
-    return alt.Chart(alt.Data(values=share_rows(events, bucket_seconds))).mark_area().encode(
-        x=alt.X("t:Q", title="seconds"),
-        y=alt.Y("microbatches:Q", stack="normalize", title="share of microbatches"),
-        color=alt.Color("peer:N"),
-        row=alt.Row("stage:N"),
-    ).properties(title="Stochastic wiring: who serves each stage", width=360, height=100)
+def timeline_chart() -> alt.LayerChart:
+    """A Gantt of the last seconds: each bar one request on a peer, from sent to answered
+    (queued and computing), forward and backward, one lane per trainer."""
+    bars = alt.Chart(alt.Data(name="timeline")).mark_bar(height=6, opacity=0.8).encode(
+        x=alt.X("start:Q", title="seconds", scale=alt.Scale(zero=False)), x2="end:Q",
+        y=alt.Y("peer:N", title=None, sort=alt.EncodingSortField("stage")), yOffset=alt.YOffset("trainer:N"),
+        color=alt.Color("direction:N", scale=alt.Scale(domain=["forward", "backward"], range=["#4c78a8", "#f58518"])),
+        tooltip=["peer:N", "trainer:N", "direction:N", "start:Q", "end:Q"])
+    return (bars + _marks("recent_marks")).properties(title="Peer timeline (requests in flight)", width=WIDTH,
+                                                      height=160)
+
+
+def throughput_chart() -> alt.LayerChart:
+    """Tokens per second of the whole swarm at each optimizer step."""
+    line = alt.Chart(alt.Data(name="throughput")).mark_line(point=True).encode(
+        x=alt.X("t:Q", title="seconds"), y=alt.Y("tokens_per_s:Q", title="tokens/s"),
+        tooltip=["step:Q", "tokens_per_s:Q"])
+    return (line + _marks()).properties(title="Throughput", width=WIDTH, height=160)
+
+
+def loss_chart() -> alt.LayerChart:
+    """Training loss at every step and validation loss at every evaluation, over time."""
+    line = alt.Chart(alt.Data(name="loss")).mark_line().encode(
+        x=alt.X("t:Q", title="seconds"), y=alt.Y("loss:Q", title="loss (nats/token)", scale=alt.Scale(zero=False)),
+        color=alt.Color("kind:N", title=None), tooltip=["step:Q", "loss:Q", "kind:N"])
+    return (line + _marks()).properties(title="Loss", width=WIDTH, height=160)
+
+
+def traffic_chart() -> alt.Chart:
+    """Megabytes on the wire per stage, pipeline vs data-parallel, split by the codec in force."""
+    return alt.Chart(alt.Data(name="traffic")).mark_bar().encode(
+        x=alt.X("sum(megabytes):Q", title="MB sent and received"), y=alt.Y("kind:N", title=None),
+        color=alt.Color("codec:N"), row=alt.Row("stage:N", title="stage"),
+        tooltip=["stage:N", "kind:N", "codec:N", "megabytes:Q"],
+    ).properties(title="Bytes on the wire", width=WIDTH, height=40)
+
+
+CHARTS: dict[str, Callable[[], alt.TopLevelMixin]] = {
+    "routing": routing_chart, "loads": loads_chart, "timeline": timeline_chart,
+    "throughput": throughput_chart, "loss": loss_chart, "traffic": traffic_chart,
+}
+
+
+def with_data(skeleton: Spec, datasets: dict[str, list[dict[str, Any]]]) -> Spec:
+    """The chart spec `skeleton` (a chart's `to_dict()`) drawing `datasets`."""
+    return {**skeleton, "datasets": datasets}
+

@@ -1,81 +1,146 @@
-"""Live charts of a running run in a notebook, refreshed from its events a few times a second.
+"""The lab's charts live: one refresher thread folds a run's events into rows and redraws.
 
-The training threads never touch the charts: events go to a queue; a refresher thread folds them
-into rows and swaps the rows into each chart's spec (validated once), the cheap update path that
-keeps a busy run fast (../docs LAB recipe: re-validating a chart per step slowed training 80x).
+The training threads never touch a chart: events go to a queue; the refresher, a few times a
+second, folds what arrived (`Rows`), and swaps each chart's datasets into its spec (validated
+once): the cheap update path LAB.md measured (re-validating a chart per step slowed training 80x).
+The same charts show a finished run's events.jsonl (`replay`) or a simulation (`charts_of`).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import altair as alt
 
 from labkit.events import Event
-from labkit.lab.charts import loss_chart, loss_rows, share_chart, share_rows
+from labkit.lab.charts import CHARTS, Spec, with_data
+from labkit.lab.rows import Rows, Windows, rows_of_run
+from labkit.runtime.handle import RunHandle
+
+MAX_HZ = 4.0  # refreshes per second at most: each one resends every changed chart to the browser
+Tick = Callable[[Rows], None]
 
 
 class LiveView:
-    """Loss and per-peer routing shares of `run`, live.
+    """Every lab chart of `run`, refreshed `hz` times a second until the run ends or `close()`.
 
-    >>> view = LiveView(run); view.widget()   # doctest: +SKIP   (shows the two charts)
-    >>> view.close()                         # doctest: +SKIP   (stops refreshing)
+    >>> view = LiveView(run); view.widget()   # doctest: +SKIP   (routing, loads, timeline, ...)
+    >>> view.rows.shares()                    # doctest: +SKIP   (each peer's share of its stage)
 
-    hz: refreshes per second; keep: events kept for the charts (the oldest are dropped first).
+    on_tick: functions called with the rows after each refresh, on the refresher thread (the
+    panel's peer table uses it, so one thread serves every live view).
     """
 
-    def __init__(self, run: Any, hz: float = 3.0, keep: int = 50_000) -> None:
-        if not 0 < hz <= 20:
-            raise ValueError(f"hz={hz!r} is not allowed: a number in (0, 20]")
-        self._run, self._period, self._keep = run, 1.0 / hz, keep
+    def __init__(self, run: RunHandle, hz: float = 3.0, windows: Windows = Windows(), on_tick: Iterable[Tick] = ()) -> None:
+        if not (isinstance(hz, (int, float)) and 0 < hz <= MAX_HZ):
+            raise ValueError(f"hz={hz!r} is not allowed: a number in (0, {MAX_HZ:g}] (refreshes per second)")
+        self.run, self._period, self.on_tick = run, 1.0 / hz, list(on_tick)
         self._queue: queue.Queue[Event] = run.events.subscribe()
-        self._events: list[Event] = run.events.history()
-        self._charts: list[tuple[alt.JupyterChart, dict[str, Any], Callable[[list[Event]], list]]] = []
-        for chart, rows in ((loss_chart([]), loss_rows), (share_chart([]), share_rows)):
-            self._charts.append((alt.JupyterChart(chart), chart.to_dict(), rows))
+        self.rows = Rows.for_config(run.config, windows).extend(run.events.history())
+        self.charts = Charts()
+        self._drawn = -1
         self._stop = threading.Event()
         self.refresh()
         self._thread = threading.Thread(target=self._loop, name="labkit-live-view", daemon=True)
         self._thread.start()
 
     def widget(self) -> Any:
-        """The charts side by side, as one ipywidgets box to display."""
-        import ipywidgets
-
-        return ipywidgets.HBox([jc for jc, _, _ in self._charts])
+        return self.charts.widget()
 
     def refresh(self) -> None:
-        """Fold the events that arrived and push fresh rows into every chart."""
+        """Fold the events that arrived and redraw the charts whose data moved."""
         while True:
             try:
-                self._events.append(self._queue.get_nowait())
+                self.rows.add(self._queue.get_nowait())
             except queue.Empty:
                 break
-        del self._events[: max(0, len(self._events) - self._keep)]
-        for jc, skeleton, rows in self._charts:
-            jc.spec = {**skeleton, "data": {"values": rows(self._events)}}
+        if self.rows.version != self._drawn:
+            self._drawn = self.rows.version
+            self.charts.draw(self.rows)
+        for tick in self.on_tick:
+            tick(self.rows)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._period):
             self.refresh()
-            if self._run.done:
+            if self.run.done:
                 self.refresh()
                 return
 
     def close(self) -> None:
         """Stop refreshing (the charts keep their last data)."""
         self._stop.set()
-        self._thread.join(timeout=5)
-        self._run.events.unsubscribe(self._queue)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self.run.events.unsubscribe(self._queue)
 
     @property
     def refreshing(self) -> bool:
-        """Whether the refresher thread still runs (False once closed)."""
+        """Whether the refresher thread still runs (False once closed or the run ended)."""
         return self._thread.is_alive()
 
-    @property
-    def charts(self) -> list[alt.JupyterChart]:
-        return [jc for jc, _, _ in self._charts]
+
+class Charts:
+    """One `alt.JupyterChart` per lab chart (CHARTS), redrawn by swapping its datasets."""
+
+    def __init__(self) -> None:
+        enable_offline()
+        self.skeletons: dict[str, Spec] = {name: make().to_dict() for name, make in CHARTS.items()}
+        self.widgets: dict[str, alt.JupyterChart] = {name: alt.JupyterChart(CHARTS[name]()) for name in CHARTS}
+        self.uses = {name: _dataset_names(spec) for name, spec in self.skeletons.items()}
+
+    def draw(self, rows: Rows) -> None:
+        data = rows.datasets()
+        for name, jc in self.widgets.items():
+            jc.spec = with_data(self.skeletons[name], {d: data[d] for d in self.uses[name]})
+
+    def spec(self, name: str) -> Spec:
+        """The spec chart `name` shows now (data included), e.g. for a static picture."""
+        return self.widgets[name].spec
+
+    def widget(self) -> Any:
+        """The charts two by two, as one ipywidgets box to display."""
+        import ipywidgets
+
+        charts = list(self.widgets.values())
+        return ipywidgets.VBox([ipywidgets.HBox(charts[i:i + 2]) for i in range(0, len(charts), 2)])
+
+
+def charts_of(rows: Rows) -> Charts:
+    """The lab's charts drawn once from folded rows (a simulation's, a finished run's)."""
+    charts = Charts()
+    charts.draw(rows)
+    return charts
+
+
+def replay(run_dir: str | Path) -> Charts:
+    """The lab's charts of a finished (or running) run, or of `labkit simulate`'s output, from
+    the directory's `events.jsonl` (and `config.json`, where a real run left one)."""
+    return charts_of(rows_of_run(run_dir))
+
+
+_offline = threading.Lock()
+_offline_done = False
+
+
+def enable_offline() -> None:
+    """Inline the Vega JavaScript in every JupyterChart (no CDN: classrooms behind firewalls, CI)."""
+    global _offline_done
+    with _offline:
+        if not _offline_done:
+            alt.JupyterChart.enable_offline()
+            _offline_done = True
+
+
+def _dataset_names(spec: Any) -> set[str]:
+    """The named datasets a chart spec reads."""
+    if isinstance(spec, dict):
+        found = {spec["name"]} if set(spec) == {"name"} else set()
+        return found.union(*(_dataset_names(v) for v in spec.values()))
+    if isinstance(spec, list):
+        return set().union(*(_dataset_names(v) for v in spec))
+    return set()

@@ -23,6 +23,8 @@ from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import SyncSchedule
 from labkit.wire import get_codec
 
+LOAD_PERIOD = 0.25  # seconds between `load` events (each live peer's queue length)
+
 Evaluate = Callable[[RunConfig, list[dict[str, Any]]], float]  # validation loss of committed stage states
 
 
@@ -83,6 +85,14 @@ class Coordinator:
         self._boundary.start()
         if self.cfg.rebalance_period:
             threading.Thread(target=self.members.rebalance_loop, name="rebalancer", daemon=True).start()
+        threading.Thread(target=self._publish_loads, name="labkit-loads", daemon=True).start()
+
+    def _publish_loads(self) -> None:
+        """Every live peer's queue length as a `load` event, LOAD_PERIOD apart, until the run
+        stops (the stage-load charts). Reads a copy of the membership, never the lock."""
+        while not self.stopped.wait(LOAD_PERIOD):
+            for p in list(self.members.peers.values()):
+                self.emit(events.load(self.clock(), peer=p.name, stage=p.stage, queue=p.queue_length))
 
     def stop(self) -> None:
         """Hand out no more work; the trainers end after the microbatches in flight. Never waits

@@ -77,3 +77,24 @@ class EventLog:
             if self._file:
                 self._file.close()
                 self._file = None
+
+
+def read_events(path: Path) -> list[Event]:
+    """The events of a run's `events.jsonl` (a line cut short by a crash ends the list; any
+    other bad line is an error naming the file and line)."""
+    out: list[Event] = []
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number >= len(lines) - 1:  # the last line, written when the process died
+                break
+            raise ValueError(f"{path}:{number} is not a JSON event ({exc.msg}); events.jsonl holds one JSON object per line") from None
+        if not (isinstance(event, dict) and isinstance(event.get("type"), str) and "t" in event):
+            raise ValueError(f"{path}:{number} is not an event: a JSON object with 'type' and 't' fields")
+        out.append(event)
+    return out

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import labkit
 from labkit.config import RunConfig
-from labkit.lab.live import LiveView
+from labkit.lab.charts import CHARTS
+from labkit.lab.live import LiveView, replay
 
 
-def test_live_view_tracks_loss_and_routing(small_run: RunConfig) -> None:
+def test_live_view_draws_every_chart_from_the_run_and_replays_it(small_run: RunConfig, tmp_path) -> None:
     cfg = small_run.replace(stages=2, peers=2, steps=8, eval_every=4)
-    run = labkit.launch(cfg)
-    view = LiveView(run, hz=10)
+    run = labkit.launch(cfg, run_dir=tmp_path / "run")
+    view = LiveView(run, hz=4)
     assert run.wait(120)["status"] == "finished"
     view.close()
     view.refresh()
-    loss_values = view.charts[0].spec["data"]["values"]
-    assert sum(r["kind"] == "train" for r in loss_values) == cfg.steps
-    assert sum(r["kind"] == "validation" for r in loss_values) == 3  # before, step 4, step 8
-    shares = view.charts[1].spec["data"]["values"]
-    assert {r["peer"] for r in shares} == {"s0p0", "s0p1", "s1p0", "s1p1"}
+    loss = view.charts.spec("loss")["datasets"]["loss"]
+    assert sum(r["kind"] == "train" for r in loss) == cfg.steps
+    assert sum(r["kind"] == "validation" for r in loss) == 3  # before, step 4, step 8
+    routing = view.charts.spec("routing")["datasets"]["routing"]
+    assert {r["peer"] for r in routing} == {"s0p0", "s0p1", "s1p0", "s1p1"}
+    assert sum(r["microbatches"] for r in routing if r["stage"] == 0) == cfg.steps * cfg.microbatches_per_step
+    assert {r["peer"] for r in view.charts.spec("timeline")["datasets"]["timeline"]} <= {"s0p0", "s0p1", "s1p0", "s1p1"}
     assert not view.refreshing
-    assert view.widget().children == tuple(view.charts)
+    assert set(view.charts.widgets) == set(CHARTS)
+    replayed = replay(tmp_path / "run")
+    for name in CHARTS:  # a finished run's events.jsonl draws the same rows as the live view did
+        assert replayed.spec(name)["datasets"] == view.charts.spec(name)["datasets"], name

@@ -1,0 +1,126 @@
+"""`Lab`: the notebook control panel. A launch form, then the run's controls, live charts and a
+what-if simulation beside them, all driving the one run handle.
+
+>>> lab = labkit.lab.Lab()          # doctest: +SKIP   (the form; Launch starts a run)
+>>> lab = labkit.lab.Lab(run)       # doctest: +SKIP   (the same panel on a run launched from code)
+
+Nothing here blocks the kernel: launching and every verb run on background threads, and one
+refresher thread (`LiveView`, at most 4 Hz) redraws the charts and the peer table, so widget
+clicks are handled while the run trains.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import ipywidgets
+
+from labkit.config import RunConfig
+from labkit.lab.controls import RunControls
+from labkit.lab.form import LaunchForm
+from labkit.lab.live import LiveView
+from labkit.lab.rows import Rows
+from labkit.lab.whatif import WhatIfPanel
+from labkit.runtime.background import in_background
+from labkit.runtime.handle import RunHandle
+
+STATE_PERIOD = 0.5  # seconds between the peer table's reads of `run.state()`
+
+
+class Lab:
+    """The panel: `Lab()` shows the launch form, `Lab(run)` attaches to a running handle.
+
+    run: the handle the panel drives once launched (None until then). view: its live charts.
+    """
+
+    def __init__(self, run: RunHandle | None = None, *, defaults: RunConfig | None = None, hz: float = 3.0) -> None:
+        self.run: RunHandle | None = None
+        self.view: LiveView | None = None
+        self.controls: RunControls | None = None
+        self.whatif: WhatIfPanel | None = None
+        self.launching: Any = None  # the future of the launch the form started (None: none yet)
+        self._hz = hz
+        self._attached = threading.Event()
+        self.status = ipywidgets.HTML("")
+        self.form = LaunchForm(self._launch, defaults)
+        self.body = ipywidgets.VBox([self.form.widget])
+        self.widget = ipywidgets.VBox([ipywidgets.HTML("<b>labkit lab</b>"), self.status, self.body])
+        if run is not None:
+            self.attach(run)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def _launch(self, config: RunConfig, options: dict[str, Any]) -> None:
+        """Launch `config` off the kernel's thread (a Dask cluster takes seconds to start)."""
+        import labkit
+
+        self.form.launch_button.disabled = True
+        self.status.value = f"launching a {config.stages}-stage run ({options.get('backend', 'inprocess')})…"
+        self.launching = in_background(lambda: labkit.launch(config, **options), name="labkit-lab-launch")
+        self.launching.add_done_callback(self._launched)
+
+    def _launched(self, future: Any) -> None:
+        try:
+            self.attach(future.result())
+        except Exception as exc:
+            self.status.value = f"launch failed: {str(exc).splitlines()[0]}"
+            self.form.launch_button.disabled = False
+
+    def attach(self, run: RunHandle) -> None:
+        """Drive `run`: its controls, live charts and what-if replace the form."""
+        self.run = run
+        self.controls = RunControls(run)
+        self.whatif = WhatIfPanel(run)
+        state_clock = _Every(STATE_PERIOD)
+
+        def tick(rows: Rows) -> None:
+            if state_clock.due() or run.done:
+                self.controls.refresh(run.state(), rows.totals())
+            self.status.value = _status_line(run)
+
+        self.view = LiveView(run, hz=self._hz, on_tick=[tick])
+        self.body.children = [self.controls.widget, self.view.widget(), self.whatif.widget()]
+        self._attached.set()
+
+    def wait_attached(self, timeout: float = 120) -> RunHandle:
+        """Block until a run is attached (after Launch) and return it; raises the launch's error."""
+        if not self._attached.wait(timeout):
+            if self.launching is not None and self.launching.done():
+                self.launching.result()
+            raise TimeoutError(f"no run attached within {timeout} s: {self.status.value}")
+        assert self.run is not None
+        return self.run
+
+    def close(self) -> None:
+        """Stop refreshing and release the controls' thread (the run itself keeps going)."""
+        for part in (self.view, self.controls, self.whatif):
+            if part is not None:
+                part.close()
+
+
+class _Every:
+    """True at most once every `seconds` (monotonic clock)."""
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds, self._next = seconds, 0.0
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self._seconds
+        return True
+
+
+def _status_line(run: RunHandle) -> str:
+    """The run's status in one line: state, step of steps, last loss."""
+    step = run.events.latest("step")
+    if run.done:
+        summary = run.summary()
+        return f"run {summary.get('status')} at step {summary.get('steps')}"
+    if step is None:
+        return "run starting…"
+    return f"running: step {step['step']} of {run.config.steps}, loss {step['loss']:.3f}"

@@ -1,0 +1,76 @@
+"""`labkit report RUN_DIR`: one self-contained HTML file of a run, readable offline.
+
+Summary, config and the lab's charts as static SVG pictures rendered here by vl-convert (no
+JavaScript, no CDN: the file opens the same on a plane, behind a firewall, or attached to an
+email). Works on a `labkit train` run directory and on `labkit simulate`'s output directory.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import vl_convert
+
+from labkit.jsonfile import read_json
+from labkit.lab.charts import CHARTS, Spec, with_data
+from labkit.lab.rows import rows_of_run
+
+REPORT_NAME = "report.html"
+SIM_SERIES = "throughput.json"  # `labkit simulate` writes achieved and optimal samples/s over time here
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write `run_dir/report.html` and return its path."""
+    run_dir = Path(run_dir)
+    rows = rows_of_run(run_dir)
+    data = rows.datasets()
+    pictures = [(name, with_data(make().to_dict(), data)) for name, make in CHARTS.items() if data[name]]
+    series = run_dir / SIM_SERIES
+    if series.is_file():
+        pictures.insert(0, ("simulated throughput", _sim_throughput(read_json(series, "report", "a throughput series of labkit simulate"))))
+    sections = [_table("Summary", _read(run_dir / "summary.json", "a summary.json")),
+                _table("Config", _read(run_dir / "config.json", "a config.json"))]
+    sections += [f'<h2>{html.escape(name)}</h2>\n<div class="chart">{vl_convert.vegalite_to_svg(spec)}</div>'
+                 for name, spec in pictures]
+    if not pictures:
+        sections.append("<p>The run left no events to chart yet.</p>")
+    path = run_dir / REPORT_NAME
+    path.write_text(_PAGE.format(title=html.escape(f"labkit report: {run_dir.name}"), body="\n".join(sections)),
+                    encoding="utf-8")
+    return path
+
+
+def _read(path: Path, what: str) -> dict[str, Any] | None:
+    return read_json(path, "report", what) if path.is_file() else None
+
+
+def _table(title: str, values: dict[str, Any] | None) -> str:
+    if not values:
+        return ""
+    cells = "\n".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(json.dumps(v))}</td></tr>"
+                      for k, v in values.items() if k != "stages")
+    return f"<h2>{html.escape(title)}</h2>\n<table>\n{cells}\n</table>"
+
+
+def _sim_throughput(series: list[dict[str, float]]) -> Spec:
+    """Achieved vs optimal samples per second over a simulated run."""
+    import altair as alt
+
+    melted = [{"t": r["t"], "kind": kind, "samples_per_s": r[kind]}
+              for r in series for kind in ("samples_per_s", "optimal_samples_per_s")]
+    return alt.Chart(alt.Data(values=melted)).mark_line().encode(
+        x=alt.X("t:Q", title="seconds"), y=alt.Y("samples_per_s:Q", title="samples/s"), color="kind:N",
+    ).properties(width=640, height=220, title="Throughput, achieved vs optimal").to_dict()
+
+
+_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<style>body {{ font-family: sans-serif; margin: 2em; }} table {{ border-collapse: collapse; }}
+th, td {{ text-align: left; padding: 2px 12px 2px 0; font-size: 13px; }} .chart {{ margin-bottom: 1.5em; }}</style>
+</head><body><h1>{title}</h1>
+{body}
+</body></html>
+"""

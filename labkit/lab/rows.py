@@ -1,0 +1,221 @@
+"""Events folded into the rows every chart, table and report of the lab draws, one event at a time.
+
+`Rows` reads only the event schema (labkit.events), so a live run, a Dask run, a simulation and a
+finished run's events.jsonl all fold alike. Each event is folded once, in O(1), into bounded
+structures (sliding windows and capped histories), so a refresh costs the rows it returns, not the
+events seen: the refresher of a long run stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from labkit.config import RunConfig
+from labkit.events import Event
+from labkit.jsonfile import read_json
+from labkit.runtime.eventlog import read_events
+
+Row = dict[str, Any]
+DATASETS = ("routing", "loads", "timeline", "throughput", "loss", "traffic", "marks", "recent_marks")
+MARKED_PEER_STATES = {"killed": "kill", "moved": "move", "banned": "ban"}
+MARKED_SETTINGS = ("layer_split", "codec", "sync")
+
+
+@dataclass(frozen=True)
+class Windows:
+    """How much of the run each chart keeps (seconds of run time, or rows)."""
+
+    routing_s: float = 20.0  # the routing chart counts microbatches over this sliding window
+    timeline_s: float = 6.0  # the peer timeline shows the last seconds of work
+    history_rows: int = 2_000  # loads, throughput, loss and marks keep at most this many rows each
+
+
+class Rows:
+    """Folds events into chart rows: `add(event)` as they arrive, `datasets()` when drawing."""
+
+    def __init__(self, codec: str = "fp32", tokens_per_microbatch: int = 0, windows: Windows = Windows()) -> None:
+        self.w = windows
+        self.tokens_per_microbatch = tokens_per_microbatch  # for peers' tokens/s (0: unknown)
+        self.version = 0  # bumps on every folded event: a refresher redraws only when it moved
+        self.now = 0.0  # the latest event time
+        self.codec = codec
+        self.started = False  # peers joining before the run starts are its first, not marked joins
+        self._hops: deque[tuple[float, int, str, str]] = deque()  # forward hops in the routing window
+        self._routes: dict[tuple[int, str, str], int] = {}
+        self._timeline: deque[Row] = deque()
+        cap = windows.history_rows
+        self._loads: deque[Row] = deque(maxlen=cap)
+        self._throughput: deque[Row] = deque(maxlen=cap)
+        self._loss: deque[Row] = deque(maxlen=cap)
+        self._marks: deque[Row] = deque(maxlen=cap)
+        self._traffic: dict[tuple[int, str, str], int] = {}
+        self._last_step: tuple[float, int] | None = None
+        self.peers: dict[str, Row] = {}  # per peer: stage, state, microbatches, bytes, tokens, since
+
+    @classmethod
+    def for_config(cls, cfg: RunConfig, windows: Windows = Windows()) -> Rows:
+        """Rows of a run of `cfg`: its starting codec and tokens per microbatch."""
+        return cls(cfg.compression.codec, cfg.microbatch * cfg.model.seq_len, windows)
+
+    def extend(self, events: Iterable[Event]) -> Rows:
+        for e in events:
+            self.add(e)
+        return self
+
+    def add(self, e: Event) -> None:
+        """Fold one event."""
+        kind = e["type"]
+        fold = _FOLDS.get(kind)
+        if fold is None:
+            return
+        self.now = max(self.now, e["t"])
+        fold(self, e)
+        self.version += 1
+
+    # -- one fold per event type -------------------------------------------------------------
+    def _hop(self, e: Event) -> None:
+        stage, peer, t = e["stage"], e["peer"], e["t"]
+        key = (stage, e["trainer"], peer)
+        self._traffic[stage, "pipeline", self.codec] = self._traffic.get((stage, "pipeline", self.codec), 0) + e["bytes"]
+        p = self._peer(peer, stage, t)
+        p["bytes"] += e["bytes"]
+        if e["direction"] == "forward":
+            self._hops.append((t, *key))
+            self._routes[key] = self._routes.get(key, 0) + 1
+            p["microbatches"] += 1
+        self._timeline.append({"peer": peer, "stage": stage, "trainer": e["trainer"], "direction": e["direction"],
+                               "start": t - e["seconds"], "end": t})
+        self._expire()
+
+    def _step(self, e: Event) -> None:
+        t = e["t"]
+        if self._last_step is not None and t > self._last_step[0]:
+            seconds = t - self._last_step[0]
+            steps = max(1, e["step"] - self._last_step[1])
+            self._throughput.append({"t": t, "step": e["step"], "tokens_per_s": e["tokens"] * steps / seconds})
+        self._last_step = (t, e["step"])
+        if e["loss"] == e["loss"]:  # a simulated step has no loss (NaN)
+            self._loss.append({"t": t, "step": e["step"], "loss": e["loss"], "kind": "train"})
+
+    def _eval(self, e: Event) -> None:
+        self._loss.append({"t": e["t"], "step": e["step"], "loss": e["val_loss"], "kind": "validation"})
+
+    def _load(self, e: Event) -> None:
+        self._loads.append({"t": e["t"], "peer": e["peer"], "stage": e["stage"], "queue": e["queue"]})
+
+    def _peer_event(self, e: Event) -> None:
+        p = self._peer(e["peer"], e["stage"], e["t"])
+        p["state"] = e["state"]
+        p["stage"] = e["stage"]
+        self._loads.append({"t": e["t"], "peer": e["peer"], "stage": e["stage"], "queue": e["queue"]})
+        what = MARKED_PEER_STATES.get(e["state"]) or ("join" if e["state"] == "joined" and self.started else None)
+        if what:
+            self._marks.append({"t": e["t"], "what": f"{what} {e['peer']}"})
+
+    def _setting(self, e: Event) -> None:
+        if e["name"] == "codec":
+            self.codec = e["value"]
+        if e["name"] in MARKED_SETTINGS:
+            self._marks.append({"t": e["t"], "what": f"{e['name']} {e['value']}"})
+
+    def _sync(self, e: Event) -> None:
+        key = (e["stage"], "data-parallel", "fp32")  # the codec compresses activations, not the sync
+        self._traffic[key] = self._traffic.get(key, 0) + e["bytes"]
+
+    def _run(self, e: Event) -> None:
+        self.started = self.started or e["state"] == "started"
+        if e["state"] not in ("started", "finished"):
+            self._marks.append({"t": e["t"], "what": f"run {e['state']}"})
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def _peer(self, name: str, stage: int, t: float) -> Row:
+        p = self.peers.get(name)
+        if p is None:
+            p = self.peers[name] = {"stage": stage, "state": "alive", "microbatches": 0, "bytes": 0, "since": t}
+        return p
+
+    def _expire(self) -> None:
+        """Drop forward hops that left the routing window and work older than the timeline's."""
+        oldest = self.now - self.w.routing_s
+        while self._hops and self._hops[0][0] < oldest:
+            _, *key = self._hops.popleft()
+            left = self._routes[tuple(key)] - 1
+            if left:
+                self._routes[tuple(key)] = left
+            else:
+                del self._routes[tuple(key)]
+        oldest = self.now - self.w.timeline_s
+        while self._timeline and self._timeline[0]["end"] < oldest:
+            self._timeline.popleft()
+
+    # -- what the charts draw ------------------------------------------------------------------
+    def routing(self) -> list[Row]:
+        """Microbatches each trainer sent to each peer of every stage in the last `routing_s`."""
+        return [{"stage": s, "trainer": tr, "peer": p, "microbatches": n}
+                for (s, tr, p), n in sorted(self._routes.items())]
+
+    def shares(self) -> dict[str, float]:
+        """Each peer's share of its stage's forward hops in the routing window."""
+        per_peer: dict[tuple[int, str], int] = {}
+        for (stage, _, peer), n in self._routes.items():
+            per_peer[stage, peer] = per_peer.get((stage, peer), 0) + n
+        totals: dict[int, int] = {}
+        for (stage, _), n in per_peer.items():
+            totals[stage] = totals.get(stage, 0) + n
+        return {peer: n / totals[stage] for (stage, peer), n in sorted(per_peer.items())}
+
+    def traffic(self) -> list[Row]:
+        """Bytes on the wire per stage: pipeline (activations and their gradients) vs
+        data-parallel (gradient all-reduce or DiLoCo outer steps), by the codec in force."""
+        return [{"stage": s, "kind": k, "codec": c, "megabytes": b / 1e6} for (s, k, c), b in sorted(self._traffic.items())]
+
+    def totals(self) -> dict[str, dict[str, float]]:
+        """Per peer: microbatches served and bytes since it joined, and tokens per second over
+        the routing window (or since it joined, if later)."""
+        recent: dict[str, int] = {}
+        for (_, _, peer), n in self._routes.items():
+            recent[peer] = recent.get(peer, 0) + n
+        out: dict[str, dict[str, float]] = {}
+        for name, p in self.peers.items():
+            seconds = max(min(self.w.routing_s, self.now - p["since"]), 1e-9)
+            out[name] = {"microbatches": p["microbatches"], "bytes": p["bytes"],
+                         "tokens_per_s": recent.get(name, 0) * self.tokens_per_microbatch / seconds}
+        return out
+
+    def datasets(self) -> dict[str, list[Row]]:
+        """Every chart's rows, by dataset name (DATASETS)."""
+        return {"routing": self.routing(), "loads": list(self._loads), "timeline": list(self._timeline),
+                "throughput": list(self._throughput), "loss": list(self._loss), "traffic": self.traffic(),
+                "marks": list(self._marks), "recent_marks": self.recent_marks()}
+
+    def recent_marks(self) -> list[Row]:
+        """The marks within the timeline's window (so old ones do not stretch its axis)."""
+        oldest = self.now - self.w.timeline_s
+        return [m for m in self._marks if m["t"] >= oldest]
+
+
+_FOLDS = {"hop": Rows._hop, "step": Rows._step, "eval": Rows._eval, "load": Rows._load, "peer": Rows._peer_event,
+          "setting": Rows._setting, "sync": Rows._sync, "run": Rows._run}
+
+
+def rows_of_run(run_dir: str | Path) -> Rows:
+    """The rows of the run (or `labkit simulate` output) in `run_dir`, from its events.jsonl and,
+    where a real run left one, its config.json (for the codec and tokens per microbatch)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "events.jsonl").is_file():
+        raise FileNotFoundError(f"{run_dir} holds no events.jsonl: give a run directory of `labkit train` "
+                                "or an output directory of `labkit simulate`")
+    config = run_dir / "config.json"
+    rows = Rows.for_config(RunConfig.from_dict(read_json(config, "report", "a run's config.json"))) if config.is_file() else Rows()
+    return rows.extend(read_events(run_dir / "events.jsonl"))
+
+
+def hop_shares(events: Iterable[Event], window: tuple[float, float]) -> dict[str, float]:
+    """Each peer's share of its stage's forward hops between times window[0] and window[1]."""
+    rows = Rows(windows=Windows(routing_s=window[1] - window[0]))
+    rows.extend(e for e in events if e["type"] == "hop" and window[0] <= e["t"] < window[1])
+    return rows.shares()
