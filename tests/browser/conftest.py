@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psutil
 import pytest
 
 from tests.browser.helpers import (CHROMIUM, CHROMIUM_ARGS, VIEWPORT, JupyterLab, assert_offline,
@@ -26,7 +27,8 @@ def jupyter_lab(tmp_path_factory: pytest.TempPathFactory,
     kept from the process reaper, its kernels and itself shut down when the session ends."""
     if reason := missing_prerequisite():
         pytest.skip(reason)
-    lab = start_lab(tmp_path_factory.mktemp("lab"), sorted(ASSETS.glob("*.ipynb")))
+    lab = start_lab(tmp_path_factory.mktemp("lab"), tmp_path_factory.mktemp("jupyter"),
+                    sorted(ASSETS.glob("*.ipynb")))
     kept_processes.append(lambda: {lab.process.pid})
     print(f"[browser] JupyterLab at {lab.url}/lab?token={lab.token} over {lab.root}, log {lab.log}")
     yield lab
@@ -34,13 +36,18 @@ def jupyter_lab(tmp_path_factory: pytest.TempPathFactory,
 
 
 @pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
-    """Debian's headless Chromium driven by playwright (never `playwright install`)."""
+def browser(kept_processes: list[Callable[[], set[int]]]) -> Iterator[Browser]:
+    """Debian's headless Chromium driven by playwright (never `playwright install`); the
+    playwright driver it runs under is kept from the process reaper."""
     if reason := missing_prerequisite():
         pytest.skip(reason)
     from playwright.sync_api import sync_playwright
 
+    me = psutil.Process()
+    before = {p.pid for p in me.children()}
     with sync_playwright() as pw:
+        driver = {p.pid for p in me.children()} - before
+        kept_processes.append(lambda: driver)
         chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()

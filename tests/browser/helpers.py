@@ -100,15 +100,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_lab(root: Path, notebooks: list[Path]) -> JupyterLab:
+def start_lab(root: Path, home: Path, notebooks: list[Path]) -> JupyterLab:
     """Start `jupyter lab` over `root` (with `notebooks` copied in) on a free loopback port with a
-    token and its own settings, config and runtime dirs; return once its API answers."""
+    token, its settings in root/settings and its config, workspaces, runtime files and log under
+    `home` (a fresh workspace: no tabs restored from an earlier session); return once its API
+    answers."""
     settings = root / "settings"
     settings.mkdir(parents=True)
     (settings / "overrides.json").write_text(json.dumps(OVERRIDES))
     for notebook in notebooks:
         shutil.copy(notebook, root / notebook.name)
-    home = Path(tempfile.mkdtemp(prefix="labkit-jupyter-"))  # workspaces, user settings, runtime
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"),
            "JUPYTER_RUNTIME_DIR": str(home / "runtime")}
     port, token, log = free_port(), secrets.token_hex(16), home / "server.log"
