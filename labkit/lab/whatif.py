@@ -136,10 +136,11 @@ def what_if_scenario(speeds: dict[str, PeerSpeed], config: RunConfig, *, scale: 
 
     `peers[j]` holds `scale` copies of the j-th measured peer (name order); their device is a
     placeholder, since SimScenario describes peers by device preset only: `measured_world` sets
-    their measured service times. Trainers and the global batch grow with the swarm (each trainer
-    keeps one microbatch in flight, as the runtime's do; a DiLoCo run syncs every inner_steps
-    batches); `window` > 1 asks what if they kept more in flight, as SWARM's trainers do. Churn: `churn_per_hour` membership changes, half joins and half leaves, so the
-    population hovers around its start. Rebalancing period: the run's, or DEFAULT_PERIOD if off.
+    their measured service times. Trainers and the global batch grow with the swarm (a DiLoCo run
+    syncs every inner_steps batches). Each trainer keeps `window` microbatches in flight: 1 as the
+    runtime's trainers do; more asks what if they pipelined as SWARM's do. Churn: `churn_per_hour`
+    membership changes, half joins and half leaves, so the population hovers around its start.
+    Rebalancing period: the run's, or DEFAULT_PERIOD if the run has it off.
     """
     check_knobs(speeds, config, scale=scale, rtt_ms=rtt_ms, bandwidth_mbps=bandwidth_mbps,
                 churn_per_hour=churn_per_hour, duration_s=duration_s, window=window)

@@ -91,6 +91,7 @@ def test_what_if_runs_both_policies_in_seconds(scale: int) -> None:
 def test_panel_shows_errors_in_one_line() -> None:
     log = EventLog()
     panel = WhatIfPanel(SimpleNamespace(config=CONFIG, events=log))
+    assert panel.simulate_button in panel.widget().children[1].children
     panel.simulate_button.click()
     assert isinstance(panel.last.exception(timeout=60), ValueError)
     assert panel.result_line.value.startswith("nothing measured yet")
