@@ -90,7 +90,9 @@ class Charts:
     def __init__(self) -> None:
         enable_offline()
         self.skeletons: dict[str, Spec] = {name: make().to_dict() for name, make in CHARTS.items()}
-        self.widgets: dict[str, alt.JupyterChart] = {name: alt.JupyterChart(CHARTS[name]()) for name in CHARTS}
+        # SVG: crisp at any zoom, and its marks and labels are in the page (what the browser test reads)
+        self.widgets: dict[str, alt.JupyterChart] = {name: alt.JupyterChart(CHARTS[name](), embed_options={"renderer": "svg"})
+                                                     for name in CHARTS}
         self.uses = {name: _dataset_names(spec) for name, spec in self.skeletons.items()}
 
     def draw(self, rows: Rows) -> None:

@@ -73,7 +73,6 @@ class Lab:
         """Drive `run`: its controls, live charts and what-if replace the form."""
         self.run = run
         self.controls = RunControls(run)
-        self.whatif = WhatIfPanel(run)
         state_clock = _Every(STATE_PERIOD)
 
         def tick(rows: Rows) -> None:
@@ -81,7 +80,8 @@ class Lab:
                 self.controls.refresh(run.state(), rows.totals())
             self.status.value = _status_line(run)
 
-        self.view = LiveView(run, hz=self._hz, on_tick=[tick])
+        self.view = LiveView(run, hz=self._hz, on_tick=[tick])  # first: it turns on the offline charts
+        self.whatif = WhatIfPanel(run)
         self.body.children = [self.controls.widget, self.view.widget(), self.whatif.widget()]
         self._attached.set()
 

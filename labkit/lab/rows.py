@@ -3,7 +3,8 @@
 `Rows` reads only the event schema (labkit.events), so a live run, a Dask run, a simulation and a
 finished run's events.jsonl all fold alike. Each event is folded once, in O(1), into bounded
 structures (sliding windows and capped histories), so a refresh costs the rows it returns, not the
-events seen: the refresher of a long run stays cheap.
+events seen: the refresher of a long run stays cheap. Windows expire in arrival order (events of a
+run arrive in time order up to the few milliseconds between threads).
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ class Rows:
         fold = _FOLDS.get(kind)
         if fold is None:
             return
-        self.now = max(self.now, e["t"])
+        if e["t"] > self.now:
+            self.now = e["t"]
+            self._expire()
         fold(self, e)
         self.version += 1
 
@@ -89,7 +92,6 @@ class Rows:
             p["microbatches"] += 1
         self._timeline.append({"peer": peer, "stage": stage, "trainer": e["trainer"], "direction": e["direction"],
                                "start": t - e["seconds"], "end": t})
-        self._expire()
 
     def _step(self, e: Event) -> None:
         t = e["t"]

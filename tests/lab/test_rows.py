@@ -1,0 +1,101 @@
+"""Chart rows after a known event sequence are exactly what the charts should show."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import vl_convert
+
+from labkit import events as ev
+from labkit.lab.charts import CHARTS, with_data
+from labkit.lab.rows import Rows, Windows, hop_shares, rows_of_run
+
+
+def fwd(t: float, trainer: str, stage: int, peer: str, seconds: float = 0.1) -> ev.Event:
+    return ev.hop(t, trainer=trainer, stage=stage, peer=peer, direction="forward", nbytes=1000, seconds=seconds,
+                  microbatch=0)
+
+
+def known_run() -> list[ev.Event]:
+    """Two stages; s0p0 twice as fast as s0p1 until s0p1 is killed at t=10; then int8."""
+    out = [ev.peer(0.0, peer=p, stage=int(p[1]), state="joined", queue=0) for p in ("s0p0", "s0p1", "s1p0")]
+    out.append(ev.run(0.5, state="started"))
+    for k in range(10):
+        t = 1.0 + k
+        out += [fwd(t, "t0", 0, "s0p0"), fwd(t + 0.2, "t0", 0, "s0p1"), fwd(t + 0.3, "t0", 1, "s1p0"),
+                fwd(t + 0.5, "t1", 0, "s0p0")]
+    out.append(ev.load(5.0, peer="s0p1", stage=0, queue=3))
+    out.append(ev.peer(10.8, peer="s0p1", stage=0, state="killed", queue=0))
+    out.append(ev.peer(11.0, peer="s0p2", stage=0, state="joined", queue=0))
+    out.append(ev.setting(11.5, name="codec", value="int8"))
+    out.append(fwd(12.0, "t0", 0, "s0p0"))
+    out.append(ev.sync(12.5, step=1, stage=0, kind="allreduce", peers=2, nbytes=5_000_000))
+    out.append(ev.step(6.0, step=1, loss=3.0, samples=16, tokens=512))
+    out.append(ev.step(8.0, step=2, loss=2.5, samples=16, tokens=512))
+    out.append(ev.evaluation(8.1, step=2, val_loss=2.6))
+    return out
+
+
+def test_routing_counts_each_trainer_peer_pair_within_the_sliding_window() -> None:
+    rows = Rows(windows=Windows(routing_s=5.0)).extend(known_run())
+    # the latest event is at t = 12.5: forward hops at t >= 7.5 count
+    assert rows.routing() == [
+        {"stage": 0, "trainer": "t0", "peer": "s0p0", "microbatches": 4},  # 8.0, 9.0, 10.0, 12.0
+        {"stage": 0, "trainer": "t0", "peer": "s0p1", "microbatches": 3},  # 8.2, 9.2, 10.2
+        {"stage": 0, "trainer": "t1", "peer": "s0p0", "microbatches": 4},  # 7.5, 8.5, 9.5, 10.5
+        {"stage": 1, "trainer": "t0", "peer": "s1p0", "microbatches": 3},  # 8.3, 9.3, 10.3
+    ]
+    assert rows.shares() == {"s0p0": 8 / 11, "s0p1": 3 / 11, "s1p0": 1.0}
+
+
+def test_loads_marks_traffic_loss_and_throughput_rows() -> None:
+    rows = Rows(tokens_per_microbatch=128).extend(known_run())
+    data = rows.datasets()
+    assert data["marks"] == [{"t": 10.8, "what": "kill s0p1"}, {"t": 11.0, "what": "join s0p2"},
+                             {"t": 11.5, "what": "codec int8"}]  # the first joins (before "started") are not marked
+    assert {"t": 5.0, "peer": "s0p1", "stage": 0, "queue": 3} in data["loads"]
+    assert data["traffic"] == [
+        {"stage": 0, "kind": "data-parallel", "codec": "fp32", "megabytes": 5.0},
+        {"stage": 0, "kind": "pipeline", "codec": "fp32", "megabytes": 0.03},
+        {"stage": 0, "kind": "pipeline", "codec": "int8", "megabytes": 0.001},
+        {"stage": 1, "kind": "pipeline", "codec": "fp32", "megabytes": 0.01},
+    ]
+    assert data["loss"] == [{"t": 6.0, "step": 1, "loss": 3.0, "kind": "train"},
+                            {"t": 8.0, "step": 2, "loss": 2.5, "kind": "train"},
+                            {"t": 8.1, "step": 2, "loss": 2.6, "kind": "validation"}]
+    assert data["throughput"] == [{"t": 8.0, "step": 2, "tokens_per_s": 256.0}]
+    assert rows.totals()["s0p1"]["microbatches"] == 10
+
+
+def test_the_timeline_keeps_only_its_last_seconds_and_histories_are_capped() -> None:
+    rows = Rows(windows=Windows(timeline_s=2.0, history_rows=3)).extend(known_run())
+    # the latest event is at t = 12.5: work that ended at t >= 10.5 shows
+    assert [(r["peer"], r["trainer"], r["end"]) for r in rows.datasets()["timeline"]] == [("s0p0", "t1", 10.5),
+                                                                                         ("s0p0", "t0", 12.0)]
+    many = [ev.load(float(k), peer="s0p0", stage=0, queue=k) for k in range(10)]
+    assert [r["queue"] for r in Rows(windows=Windows(history_rows=3)).extend(many).datasets()["loads"]] == [7, 8, 9]
+
+
+def test_hop_shares_reads_one_time_window() -> None:
+    events = known_run()
+    assert hop_shares(events, (0.0, 10.8)) == {"s0p0": 2 / 3, "s0p1": 1 / 3, "s1p0": 1.0}
+    assert hop_shares(events, (10.8, float("inf"))) == {"s0p0": 1.0}
+
+
+def test_every_chart_renders_the_rows_offline() -> None:
+    data = Rows(tokens_per_microbatch=128).extend(known_run()).datasets()
+    for name, make in CHARTS.items():
+        svg = vl_convert.vegalite_to_svg(with_data(make().to_dict(), data))
+        assert svg.startswith("<svg") and "<path" in svg, name
+
+
+def test_a_run_directory_without_events_or_with_a_bad_line_is_refused(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="holds no events.jsonl"):
+        rows_of_run(tmp_path)
+    (tmp_path / "events.jsonl").write_text(json.dumps(ev.run(0.0, state="started")) + "\nnot json\n"
+                                           + json.dumps(ev.run(1.0, state="finished")) + "\n")
+    with pytest.raises(ValueError, match=r"events.jsonl:2 is not a JSON event"):
+        rows_of_run(tmp_path)
+    (tmp_path / "events.jsonl").write_text(json.dumps(ev.run(0.0, state="started")) + '\n{"type": "hop", "t"')
+    assert rows_of_run(tmp_path).started  # a last line cut short by a crash is dropped
