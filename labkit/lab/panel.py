@@ -21,7 +21,7 @@ from labkit.config import RunConfig
 from labkit.lab.controls import RunControls
 from labkit.lab.form import LaunchForm
 from labkit.lab.live import LiveView
-from labkit.lab.rows import Rows
+from labkit.lab.rows import Rows, Windows
 from labkit.lab.whatif import WhatIfPanel
 from labkit.runtime.background import in_background
 from labkit.runtime.handle import RunHandle
@@ -33,15 +33,18 @@ class Lab:
     """The panel: `Lab()` shows the launch form, `Lab(run)` attaches to a running handle.
 
     run: the handle the panel drives once launched (None until then). view: its live charts.
+    defaults: what the form starts from (and the fields it does not show). hz: chart refreshes per
+    second. windows: how much of the run each chart keeps.
     """
 
-    def __init__(self, run: RunHandle | None = None, *, defaults: RunConfig | None = None, hz: float = 3.0) -> None:
+    def __init__(self, run: RunHandle | None = None, *, defaults: RunConfig | None = None, hz: float = 3.0,
+                 windows: Windows = Windows()) -> None:
         self.run: RunHandle | None = None
         self.view: LiveView | None = None
         self.controls: RunControls | None = None
         self.whatif: WhatIfPanel | None = None
         self.launching: Any = None  # the future of the launch the form started (None: none yet)
-        self._hz = hz
+        self._hz, self._windows = hz, windows
         self._attached = threading.Event()
         self.status = ipywidgets.HTML("")
         self.form = LaunchForm(self._launch, defaults)
@@ -80,7 +83,7 @@ class Lab:
                 self.controls.refresh(run.state(), rows.totals())
             self.status.value = _status_line(run)
 
-        self.view = LiveView(run, hz=self._hz, on_tick=[tick])  # first: it turns on the offline charts
+        self.view = LiveView(run, hz=self._hz, windows=self._windows, on_tick=[tick])  # first: it turns on the offline charts
         self.whatif = WhatIfPanel(run)
         self.body.children = [self.controls.widget, self.view.widget(), self.whatif.widget()]
         self._attached.set()
