@@ -91,6 +91,7 @@ class RunControls:
         self.status = ipywidgets.HTML()
         self.summary = ipywidgets.HTML()
         self.dashboard = ipywidgets.HTML()
+        self.dashboard_link: Future = Future()  # the Dask dashboard's address (None without one), once known
         self.rows: dict[str, PeerRow] = {}
         self._header = ipywidgets.HBox([ipywidgets.HTML(f"<b>{c}</b>", layout=CELL) for c in COLUMNS])
         self.table = ipywidgets.VBox([self._header])
@@ -229,9 +230,11 @@ class RunControls:
             link = self.run.dashboard()
         except Exception as exc:
             self.dashboard.value = html.escape(f"dashboard: {first_line(exc)}", quote=False)
+            self.dashboard_link.set_exception(exc)
             return
         if link:
             self.dashboard.value = f'<a href="{html.escape(link)}" target="_blank">Dask dashboard</a>'
+        self.dashboard_link.set_result(link)
 
     # -- the live table --------------------------------------------------------------------------
     def refresh(self, state: dict[str, Any], totals: dict[str, dict[str, float]]) -> None:
