@@ -1,0 +1,145 @@
+"""LaunchForm: driven through its widgets' `.value` and `.click()` as a notebook would.
+
+A bad value must show the config's own message (computed here by building the same config)
+beside its field, stay as typed (nothing clamped) and keep Launch disabled; Launch on a valid
+form starts a real in-process run.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+import labkit
+from labkit.config import CompressionConfig, ConfigError, RunConfig, SyncConfig
+from labkit.lab.form import LaunchForm, field_comments
+
+
+def shown(form: LaunchForm) -> dict[str, str]:
+    """The error text beside every field that shows one."""
+    return {key: html.unescape(error.value) for key, error in form.errors.items() if error.value}
+
+
+def message(build: Callable[[], object]) -> str:
+    with pytest.raises(ConfigError) as raised:
+        build()
+    return str(raised.value)
+
+
+@dataclass
+class _Commented:
+    # a comment on a line of its own belongs to no field
+    first: int = 1  # the first field
+    second: str = "x"
+
+    def method(self) -> None:
+        local: int = 2  # not a field
+        del local
+
+
+def test_field_comments_are_read_from_the_source() -> None:
+    assert field_comments(_Commented) == {"first": "the first field"}
+    comments = field_comments(RunConfig)
+    assert comments["lr"] == "peak learning rate, in (0, MAX_LR]"
+    assert comments["stages"] == "pipeline stages S"
+    assert "model" not in comments  # no comment after it
+    assert field_comments(SyncConfig)["inner_steps"] == "H: local steps between outer steps (DiLoCo only)"
+    form = LaunchForm(lambda cfg, options: None)
+    assert form.fields["lr"].tooltip == "peak learning rate, in (0, MAX_LR = 10]"
+    assert form.fields["sync.inner_steps"].tooltip == "H: local steps between outer steps (DiLoCo only)"
+
+
+@pytest.mark.parametrize(("key", "typed", "build"), [
+    ("lr", "20", lambda cfg: cfg.replace(lr=20.0)),
+    ("stages", "9", lambda cfg: cfg.replace(stages=9)),
+    ("peers", "2,2,2", lambda cfg: cfg.replace(peers=(2, 2, 2))),
+    ("layer_split", "1,1", lambda cfg: cfg.replace(layer_split=(1, 1))),
+    ("global_batch", "10", lambda cfg: cfg.replace(global_batch=10)),
+    ("rebalance_period", "-1", lambda cfg: cfg.replace(rebalance_period=-1.0)),
+    ("sync.outer_lr", "3", lambda cfg: SyncConfig(outer_lr=3.0)),
+    ("compression.factor", "0", lambda cfg: CompressionConfig(factor=0)),
+])
+def test_a_refused_value_shows_the_configs_error_beside_its_field(small_run: RunConfig, key: str, typed: str,
+                                                                    build: Callable[[RunConfig], object]) -> None:
+    form = LaunchForm(lambda cfg, options: None, defaults=small_run)
+    before = form.fields[key].value
+    assert shown(form) == {} and not form.launch_button.disabled
+    form.fields[key].value = typed
+    assert shown(form) == {key: message(lambda: build(small_run))}
+    assert form.fields[key].value == typed  # kept as typed: nothing clamped
+    assert form.launch_button.disabled
+    with pytest.raises(ConfigError, match="is not allowed"):
+        form.config()
+    form.fields[key].value = before
+    assert shown(form) == {} and not form.launch_button.disabled
+
+
+@pytest.mark.parametrize(("key", "typed", "want"), [
+    ("stages", "abc", "RunConfig.stages='abc' is not allowed: an integer"),
+    ("lr", "fast", "RunConfig.lr='fast' is not allowed: a number"),
+    ("sync.inner_steps", "2.5", "SyncConfig.inner_steps='2.5' is not allowed: an integer"),
+    ("peers", "2,x", "RunConfig.peers='2,x' is not allowed: an integer, or a comma list of integers (one per stage)"),
+])
+def test_a_value_that_does_not_parse_says_what_is_allowed(small_run: RunConfig, key: str, typed: str, want: str) -> None:
+    form = LaunchForm(lambda cfg, options: None, defaults=small_run)
+    form.fields[key].value = typed
+    assert shown(form) == {key: want}
+    assert form.launch_button.disabled
+
+
+def test_errors_across_configs_show_beside_the_field_to_change(small_run: RunConfig) -> None:
+    form = LaunchForm(lambda cfg, options: None, defaults=small_run)
+    form.fields["compression.boundary"].value = "maxout"
+    form.fields["compression.factor"].value = "3"  # does not divide nano's d_model=64
+    want = message(lambda: small_run.replace(compression=CompressionConfig(boundary="maxout", factor=3)))
+    assert shown(form) == {"compression.factor": want}
+    form.fields["compression.factor"].value = "4"
+    assert shown(form) == {} and form.config().compression == CompressionConfig(boundary="maxout", factor=4)
+
+    delayed = LaunchForm(lambda cfg, options: None, defaults=small_run.replace(delayed_updates=True))
+    delayed.fields["sync.mode"].value = "diloco"
+    want = message(lambda: small_run.replace(delayed_updates=True, sync=SyncConfig(mode="diloco")))
+    assert shown(delayed) == {"sync.mode": want} and delayed.launch_button.disabled
+
+
+def test_backend_choices_give_launch_options(small_run: RunConfig) -> None:
+    form = LaunchForm(lambda cfg, options: None, defaults=small_run)
+    assert form.launch_options() == {"backend": "inprocess"} and form.fields["scheduler"].disabled
+    form.fields["backend"].value = "dask"
+    assert form.launch_options() == {"backend": "dask"}
+    form.fields["backend"].value = "scheduler"
+    assert shown(form) == {"scheduler": "launch.scheduler='' is not allowed: a Dask scheduler address, "
+                                        "e.g. tcp://host:8786"}
+    assert form.launch_button.disabled and not form.fields["scheduler"].disabled
+    form.fields["scheduler"].value = " tcp://127.0.0.1:8786 "
+    assert form.launch_options() == {"backend": "dask", "scheduler": "tcp://127.0.0.1:8786"}
+    assert not form.launch_button.disabled
+
+
+def test_a_failing_launch_shows_one_line(small_run: RunConfig) -> None:
+    def refuse(cfg: RunConfig, options: dict) -> None:
+        raise RuntimeError("no cluster at that address\nsecond line")
+
+    form = LaunchForm(refuse, defaults=small_run)
+    form.launch_button.click()
+    assert html.unescape(form.message.value) == "launch: no cluster at that address"
+
+
+def test_launch_starts_a_real_run_of_the_config_shown(small_run: RunConfig) -> None:
+    launched: list[tuple[labkit.RunHandle, dict]] = []
+    form = LaunchForm(lambda cfg, options: launched.append((labkit.launch(cfg, **options), options)),
+                      defaults=small_run)
+    assert form.fields["layer_split"].value == ""  # an even split reads "as even as possible"
+    form.fields["peers"].value = "1,2"
+    form.fields["trainers"].value = "2"
+    form.fields["steps"].value = "3"
+    form.fields["compression.codec"].value = "fp16"
+    form.launch_button.click()
+    [(run, options)] = launched
+    assert options == {"backend": "inprocess"}
+    assert run.config == small_run.replace(peers=(1, 2), trainers=2, steps=3, compression=CompressionConfig(codec="fp16"))
+    run.wait_for(step=1)
+    assert [len(stage["peers"]) for stage in run.state()["stages"]] == [1, 2]
