@@ -14,7 +14,7 @@ from typing import Any
 import altair as alt
 
 Spec = dict[str, Any]
-WIDTH = 380
+WIDTH = 300  # two charts side by side fit JupyterLab's notebook at 1280 px
 
 
 def _marks(dataset: str = "marks") -> alt.LayerChart:
@@ -88,6 +88,12 @@ CHARTS: dict[str, Callable[[], alt.TopLevelMixin]] = {
     "routing": routing_chart, "loads": loads_chart, "timeline": timeline_chart,
     "throughput": throughput_chart, "loss": loss_chart, "traffic": traffic_chart,
 }
+
+
+def placeholder(name: str) -> alt.Chart:
+    """What chart `name` shows until its first rows arrive (an empty faceted chart draws NaN sizes)."""
+    return alt.Chart(alt.Data(values=[{}])).mark_text(text=f"{name}: waiting for the run's events", color="#888",
+                                                      ).properties(width=WIDTH, height=60)
 
 
 def with_data(skeleton: Spec, datasets: dict[str, list[dict[str, Any]]]) -> Spec:

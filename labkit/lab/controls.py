@@ -21,7 +21,8 @@ from labkit.config import SYNC_MODES, WIRE_CODECS, SyncConfig
 from labkit.runtime.handle import RunHandle
 
 COLUMNS = ("peer", "stage", "state", "queue", "tokens/s", "microbatches", "bytes")
-CELL = {"width": "7em"}
+HEADERS = {"microbatches": "served"}  # short headers where the column's name is wider than its cell
+CELL = {"width": "5.6em", "flex": "0 0 auto"}  # fixed: a squeezed row would cut its buttons short
 ERROR_COLOR, OK_COLOR = "#b00020", "#1b5e20"
 
 
@@ -45,7 +46,7 @@ def _stages(count: int) -> list[tuple[str, int]]:
 
 
 def _button(description: str, style: str = "") -> ipywidgets.Button:
-    return ipywidgets.Button(description=description, button_style=style, layout={"width": "auto"})
+    return ipywidgets.Button(description=description, button_style=style, layout={"width": "auto", "flex": "0 0 auto"})
 
 
 class PeerRow:
@@ -93,7 +94,7 @@ class RunControls:
         self.dashboard = ipywidgets.HTML()
         self.dashboard_link: Future = Future()  # the Dask dashboard's address (None without one), once known
         self.rows: dict[str, PeerRow] = {}
-        self._header = ipywidgets.HBox([ipywidgets.HTML(f"<b>{c}</b>", layout=CELL) for c in COLUMNS])
+        self._header = ipywidgets.HBox([ipywidgets.HTML(f"<b>{HEADERS.get(c, c)}</b>", layout=CELL) for c in COLUMNS])
         self.table = ipywidgets.VBox([self._header])
 
         self.stop_button = _button("Stop", "warning")

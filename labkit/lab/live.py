@@ -17,7 +17,7 @@ from typing import Any
 import altair as alt
 
 from labkit.events import Event
-from labkit.lab.charts import CHARTS, Spec, with_data
+from labkit.lab.charts import CHARTS, Spec, placeholder, with_data
 from labkit.lab.rows import Rows, Windows, rows_of_run
 from labkit.runtime.handle import RunHandle
 
@@ -91,14 +91,16 @@ class Charts:
         enable_offline()
         self.skeletons: dict[str, Spec] = {name: make().to_dict() for name, make in CHARTS.items()}
         # SVG: crisp at any zoom, and its marks and labels are in the page (what the browser test reads)
-        self.widgets: dict[str, alt.JupyterChart] = {name: alt.JupyterChart(CHARTS[name](), embed_options={"renderer": "svg"})
+        self.widgets: dict[str, alt.JupyterChart] = {name: alt.JupyterChart(placeholder(name), embed_options={"renderer": "svg"})
                                                      for name in CHARTS}
+        self.waiting = {name: placeholder(name).to_dict() for name in CHARTS}
         self.uses = {name: _dataset_names(spec) for name, spec in self.skeletons.items()}
 
     def draw(self, rows: Rows) -> None:
         data = rows.datasets()
         for name, jc in self.widgets.items():
-            jc.spec = with_data(self.skeletons[name], {d: data[d] for d in self.uses[name]})
+            jc.spec = with_data(self.skeletons[name], {d: data[d] for d in self.uses[name]}) if data[name] \
+                else self.waiting[name]
 
     def spec(self, name: str) -> Spec:
         """The spec chart `name` shows now (data included), e.g. for a static picture."""

@@ -30,7 +30,7 @@ def test_the_panel_launches_a_run_and_a_kill_from_its_row_reroutes_the_stage(pag
     started = time.monotonic()
     open_notebook(page, "lab_panel.ipynb")
     run_all(page)
-    page.get_by_role("button", name="Launch", exact=True).click()
+    page.locator("button.widget-button", has_text="Launch").click()  # (its name also holds its icon)
 
     victim_row = peer_row(page, VICTIM)
     expect(victim_row).to_be_visible(timeout=120_000)  # the run started: its peers are in the table
@@ -50,6 +50,6 @@ def test_the_panel_launches_a_run_and_a_kill_from_its_row_reroutes_the_stage(pag
     screenshot(page, "lab_panel_after_kill")
 
     page.get_by_role("button", name="Stop", exact=True).click()
-    expect(page.get_by_text("run stopped", exact=False)).to_be_visible(timeout=60_000)
+    expect(page.locator(".widget-html-content", has_text="run stopped at step")).to_be_visible(timeout=60_000)
     assert_offline(page)
     print(f"[browser] lab panel: launch, kill, reroute, stop: {time.monotonic() - started:.1f} s")
