@@ -23,9 +23,11 @@ def test_train_writes_a_run_directory(tmp_path: Path) -> None:
     assert summary["status"] == "finished" and summary["steps"] == 30
     assert summary["val_loss_after"] < summary["val_loss_before"] - 0.5
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
-    assert {e["type"] for e in events} >= {"run", "hop", "step", "peer", "eval"}
+    assert {e["type"] for e in events} >= {"run", "hop", "step", "peer", "eval", "load"}
     assert (run / "checkpoint.pt").stat().st_size > 100_000
     assert "validation loss" in out.stdout
+    assert f"report: {run / 'report.html'}" in out.stdout.splitlines()
+    assert (run / "report.html").read_text().count("<svg") == 6  # every lab chart, as a static picture
 
 
 @pytest.mark.parametrize(("args", "needle"), [
@@ -55,7 +57,7 @@ def test_train_follows_a_plan(tmp_path: Path) -> None:
                 links=((("a", "c", 1.0),),), time=1.0, parts={"dp": 0.1, "pp": 0.2, "compute": 0.3})
     (tmp_path / "plan.json").write_text(plan.to_json())
     out = _labkit("train", "--plan", "plan.json", "--steps", "3", "--seq-len", "32", "--eval-every", "0",
-                  "--no-progress", "--run-dir", "run", cwd=tmp_path)
+                  "--no-progress", "--no-report", "--run-dir", "run", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (config["stages"], config["peers"], config["layer_split"]) == (2, [2, 1], [3, 1])

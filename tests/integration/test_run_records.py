@@ -26,7 +26,7 @@ def _contents(run_dir: Path) -> dict[str, bytes]:
 def _train(*flags: str, steps: int = 3) -> int:
     """`labkit train` in this process, small and quiet."""
     return main(["train", "--steps", str(steps), "--seq-len", "32", "--global-batch", "16", "--microbatch", "4",
-                 "--eval-every", "0", "--no-progress", *flags])
+                 "--eval-every", "0", "--no-progress", "--no-report", *flags])
 
 
 def test_a_run_never_writes_into_a_directory_holding_another_run(small_run: RunConfig, tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from labkit.sim.traces import ChurnModel
 
 CFG = RunConfig(model=ModelConfig(size="nano", seq_len=32), global_batch=16, microbatch=4, steps=5, eval_every=0)
 TRAIN = ["train", "--seq-len", "32", "--global-batch", "16", "--microbatch", "4", "--steps", "5", "--eval-every", "0",
-         "--no-progress"]
+         "--no-progress", "--no-report"]
 GARBAGE = bytes(range(256)) * 8
 NON_UTF8 = b'\xff\xfe{"a": 1}'
 PLAN = {"method": "dtfm", "scenario": "t", "time": 1.0, "parts": {"dp": 0.1, "pp": 0.2, "compute": 0.3},

@@ -14,8 +14,23 @@ def test_preset_writes_events_summary_and_report(tmp_path, capsys):
     assert {"run", "peer", "hop", "step"} <= kinds
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["samples_per_s"] > 0 and summary["counters"]["finished"] > 0
-    assert "vegaEmbed" in (tmp_path / "report.html").read_text()
-    assert "samples/s" in capsys.readouterr().out
+    report = (tmp_path / "report.html").read_text()
+    assert report.count("<svg") >= 4 and "<script" not in report  # static pictures: it opens offline
+    for title in ("Throughput, achieved vs optimal", "Routing: who serves each stage", "Peer timeline"):
+        assert title in report
+    out = capsys.readouterr().out
+    assert "samples/s" in out and out.strip().splitlines()[-1] == f"report: {tmp_path / 'report.html'}"
+
+
+def test_labkit_report_rewrites_the_report_of_a_run_directory_and_refuses_a_folder_without_events(tmp_path, capsys):
+    assert main(["simulate", "--preset", "small-swarm", "--duration", "60", "--out", str(tmp_path)]) == 0
+    (tmp_path / "report.html").unlink()
+    assert main(["report", str(tmp_path)]) == 0
+    assert "<svg" in (tmp_path / "report.html").read_text()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", str(tmp_path / "nowhere")])
+    assert exit_info.value.code == 2
+    assert "holds no events.jsonl" in capsys.readouterr().err
 
 
 def test_fluid_mode_from_a_scenario_file(tmp_path):
