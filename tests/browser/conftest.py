@@ -17,18 +17,20 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
 ASSETS = Path(__file__).parent / "assets"
+TUTORIALS = Path(__file__).parents[2] / "notebooks"
 collect_ignore_glob = ["assets/*"]  # notebooks these tests drive in the browser, not nbmake items
 
 
 @pytest.fixture(scope="session")
 def jupyter_lab(tmp_path_factory: pytest.TempPathFactory,
                 kept_processes: list[Callable[[], set[int]]]) -> Iterator[JupyterLab]:
-    """JupyterLab on a free loopback port over a temp dir holding tests/browser/assets/*.ipynb;
+    """JupyterLab on a free loopback port over a temp dir holding tests/browser/assets/*.ipynb and
+    the tutorials (notebooks/*.ipynb);
     kept from the process reaper, its kernels and itself shut down when the session ends."""
     if reason := missing_prerequisite():
         pytest.skip(reason)
     lab = start_lab(tmp_path_factory.mktemp("lab"), tmp_path_factory.mktemp("jupyter"),
-                    sorted(ASSETS.glob("*.ipynb")))
+                    sorted(ASSETS.glob("*.ipynb")) + sorted(TUTORIALS.glob("*.ipynb")))
     kept_processes.append(lambda: {lab.process.pid})
     print(f"[browser] JupyterLab at {lab.url}/lab?token={lab.token} over {lab.root}, log {lab.log}")
     yield lab

@@ -1,0 +1,56 @@
+"""The quick-start tutorial in JupyterLab: Run All launches a run from the panel and kills a peer
+from its row; then a click on another peer's Kill button in the page, and the routing chart and
+the status line show the survivor taking that stage's traffic, offline."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.browser.helpers import assert_offline, open_notebook, run_all, screenshot
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Locator, Page
+
+pytestmark = pytest.mark.browser
+
+KILLED_BY_THE_NOTEBOOK, SURVIVOR_1 = "s1p0", "s1p1"
+CLICKED, SURVIVOR_0 = "s0p0", "s0p1"
+
+
+def peer_row(page: Page, peer: str) -> Locator:
+    """The peer table's row of `peer` (the innermost box holding its name and a Kill button)."""
+    kill = page.get_by_role("button", name="Kill", exact=True)
+    return page.locator(".widget-hbox", has=kill).filter(has=page.get_by_text(peer, exact=True)).last
+
+
+def test_the_quick_start_kills_from_the_panel_and_the_routing_chart_follows(page: Page) -> None:
+    from playwright.sync_api import expect
+
+    started = time.monotonic()
+    open_notebook(page, "00-quickstart.ipynb")
+    run_all(page)
+    status = page.locator(".widget-html-content", has_text="killed")
+    expect(status).to_have_text(f"killed {KILLED_BY_THE_NOTEBOOK}")
+    routing = page.locator(".vega-embed", has_text="Routing: who serves each stage")
+    expect(routing.locator("svg.marks")).to_be_visible(timeout=30_000)
+    expect(routing).to_contain_text(SURVIVOR_1)
+    expect(routing).not_to_contain_text(KILLED_BY_THE_NOTEBOOK, timeout=60_000)  # its 5 s window slid past the kill
+    expect(peer_row(page, CLICKED)).to_be_visible()
+    screenshot(page, "quickstart_after_run_all")
+
+    peer_row(page, CLICKED).get_by_role("button", name="Kill", exact=True).click()  # a click in the page
+    expect(status).to_have_text(f"killed {CLICKED}", timeout=30_000)
+    expect(peer_row(page, CLICKED)).to_have_count(0, timeout=30_000)  # gone from the table
+    expect(routing).not_to_contain_text(CLICKED, timeout=60_000)  # stage 0's traffic is all the survivor's
+    expect(routing).to_contain_text(SURVIVOR_0)
+    for title in ("Stage loads", "Peer timeline", "Throughput", "Loss", "Bytes on the wire"):
+        expect(page.locator(".vega-embed", has_text=title).locator("svg.marks")).to_be_visible()
+    screenshot(page, "quickstart_after_click")
+
+    page.get_by_role("button", name="Stop", exact=True).click()
+    expect(page.locator(".widget-html-content", has_text="run stopped at step")).to_be_visible(timeout=60_000)
+    assert_offline(page)
+    print(f"[browser] quick start: run all, kill from the page, reroute, stop: {time.monotonic() - started:.1f} s")
