@@ -21,7 +21,8 @@ def _marks(dataset: str = "marks") -> alt.LayerChart:
     """Rules at the times of `dataset`'s rows, labelled with what happened."""
     base = alt.Chart(alt.Data(name=dataset)).encode(x=alt.X("t:Q", title="seconds"))
     rule = base.mark_rule(color="#888", strokeDash=[4, 3])
-    text = base.mark_text(angle=270, align="left", baseline="bottom", dx=-4, dy=-2, fontSize=9, color="#555",
+    # labels inside the plot, so they never change its size (live views resize only on a re-embed)
+    text = base.mark_text(angle=90, align="left", baseline="bottom", dx=2, dy=-2, fontSize=9, color="#555",
                           ).encode(text="what:N", y=alt.value(0))
     return rule + text
 
@@ -88,12 +89,6 @@ CHARTS: dict[str, Callable[[], alt.TopLevelMixin]] = {
     "routing": routing_chart, "loads": loads_chart, "timeline": timeline_chart,
     "throughput": throughput_chart, "loss": loss_chart, "traffic": traffic_chart,
 }
-
-
-def placeholder(name: str) -> alt.Chart:
-    """What chart `name` shows until its first rows arrive (an empty faceted chart draws NaN sizes)."""
-    return alt.Chart(alt.Data(values=[{}])).mark_text(text=f"{name}: waiting for the run's events", color="#888",
-                                                      ).properties(width=WIDTH, height=60)
 
 
 def with_data(skeleton: Spec, datasets: dict[str, list[dict[str, Any]]]) -> Spec:

@@ -17,7 +17,7 @@ from typing import Any
 import altair as alt
 
 from labkit.events import Event
-from labkit.lab.charts import CHARTS, Spec, placeholder, with_data
+from labkit.lab.charts import CHARTS, Spec, with_data
 from labkit.lab.rows import Rows, Windows, rows_of_run
 from labkit.runtime.handle import RunHandle
 
@@ -85,33 +85,55 @@ class LiveView:
 
 
 class Charts:
-    """One `alt.JupyterChart` per lab chart (CHARTS), redrawn by swapping its datasets."""
+    """One `alt.JupyterChart` per lab chart (CHARTS), made when its first rows arrive (an empty
+    faceted chart draws NaN sizes), so its spec embeds once; later rows go to the browser as data
+    updates of its named datasets, which Vega applies to the
+    live view: re-embedding a spec a few times a second per chart (a full Vega-Lite compile and
+    render each time) kept headless Chromium so busy that a click took seconds to reach the kernel.
+    """
 
     def __init__(self) -> None:
+        import ipywidgets
+
         enable_offline()
         self.skeletons: dict[str, Spec] = {name: make().to_dict() for name, make in CHARTS.items()}
-        # SVG: crisp at any zoom, and its marks and labels are in the page (what the browser test reads)
-        self.widgets: dict[str, alt.JupyterChart] = {name: alt.JupyterChart(placeholder(name), embed_options={"renderer": "svg"})
-                                                     for name in CHARTS}
-        self.waiting = {name: placeholder(name).to_dict() for name in CHARTS}
-        self.uses = {name: _dataset_names(spec) for name, spec in self.skeletons.items()}
+        self.uses = {name: sorted(_dataset_names(spec)) for name, spec in self.skeletons.items()}
+        self.widgets: dict[str, alt.JupyterChart] = {}  # made at a chart's first rows, so it embeds once
+        self.boxes = {name: ipywidgets.Box([ipywidgets.HTML(f"<i>{name}: waiting for the run's events</i>")])
+                      for name in CHARTS}
+        self.shown: dict[str, dict[str, list]] = {}  # per chart, the datasets it draws now
 
     def draw(self, rows: Rows) -> None:
         data = rows.datasets()
-        for name, jc in self.widgets.items():
-            jc.spec = with_data(self.skeletons[name], {d: data[d] for d in self.uses[name]}) if data[name] \
-                else self.waiting[name]
+        for name in CHARTS:
+            if not data[name]:
+                continue
+            datasets = {d: data[d] for d in self.uses[name]}
+            if datasets == self.shown.get(name):
+                continue
+            jc = self.widgets.get(name)
+            if jc is None:
+                # SVG: crisp at any zoom, and its marks and labels are in the page (the browser test reads them)
+                jc = self.widgets[name] = alt.JupyterChart(CHARTS[name](), embed_options={"renderer": "svg"})
+                jc.spec = with_data(self.skeletons[name], datasets)
+                self.boxes[name].children = [jc]
+            else:
+                # altair's own channel for data updates of a live view (JupyterChart's JS applies
+                # them with a Vega changeset); it has no public setter
+                jc._py_to_js_updates = [{"namespace": "data", "name": d, "scope": [], "value": v}
+                                        for d, v in datasets.items()]
+            self.shown[name] = datasets
 
     def spec(self, name: str) -> Spec:
-        """The spec chart `name` shows now (data included), e.g. for a static picture."""
-        return self.widgets[name].spec
+        """The spec of what chart `name` draws now (data included), e.g. for a static picture."""
+        return with_data(self.skeletons[name], self.shown.get(name, {d: [] for d in self.uses[name]}))
 
     def widget(self) -> Any:
         """The charts two by two, as one ipywidgets box to display."""
         import ipywidgets
 
-        charts = list(self.widgets.values())
-        return ipywidgets.VBox([ipywidgets.HBox(charts[i:i + 2]) for i in range(0, len(charts), 2)])
+        boxes = [self.boxes[name] for name in CHARTS]
+        return ipywidgets.VBox([ipywidgets.HBox(boxes[i:i + 2]) for i in range(0, len(boxes), 2)])
 
 
 def charts_of(rows: Rows) -> Charts:

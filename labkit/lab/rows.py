@@ -32,7 +32,7 @@ class Windows:
 
     routing_s: float = 20.0  # the routing chart counts microbatches over this sliding window
     timeline_s: float = 6.0  # the peer timeline shows the last seconds of work
-    history_rows: int = 2_000  # loads, throughput, loss and marks keep at most this many rows each
+    history_rows: int = 1_000  # loads, throughput, loss and marks keep at most this many rows each
 
 
 class Rows:
