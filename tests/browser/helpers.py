@@ -228,9 +228,10 @@ def login(page: Page, lab: JupyterLab) -> None:
 
 
 def open_notebook(page: Page, name: str) -> None:
-    """Open notebook `name` (relative to the server's root) in JupyterLab and wait until its
-    cells are shown."""
-    page.goto(f"/lab/tree/{name}")
+    """Open notebook `name` (relative to the server's root) in JupyterLab, alone (`?reset`: the
+    server-side workspace would reopen an earlier test's notebooks beside it), and wait until
+    its cells are shown."""
+    page.goto(f"/lab/tree/{name}?reset")
     page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(state="visible", timeout=60_000)
 
 
