@@ -1,22 +1,29 @@
-"""Planner benchmark: DT-FM's GA on every case at N = 64 at a fixed budget.
+"""Planner benchmark: DT-FM's five cases at N = 64.
 
-    PYTHONPATH=. python benchmarks/planners.py [--generations 60] [--population 10]
+    PYTHONPATH=. python benchmarks/planners.py [--generations 60] [--population 10] [--reference-generations 4900]
 
-Per case (GPT3-XL, 24 layers, batch 1024, D_PP = D_DP = 8): GA cost and wall time (seed 0),
-random-assignment cost (mean of seeds 2022-2024), full cost evaluations per second in a tight loop
-and inside the GA. Numba compilation is warmed up first and not timed. The last line is
-`dtfm_world_n64 cost=<x> random=<y> seconds=<z>`.
+1. The cases as DT-FM's paper describes them (`dtfm_paper_case`: no jitter, DT-FM's message
+   sizes): labkit's default search (method dtfm, seed 0) against the GA with the paper's local
+   search at DT-FM's own budget (population 100, 4900 offspring, method dtfm-paper), costs and
+   process CPU seconds; one line per case `paper_<case>_n64 cost=<x> reference=<y> cpu_seconds=<a>
+   reference_cpu_seconds=<b>`.
+2. The jittered presets (GPT3-XL, 24 layers, batch 1024): the paper-local-search GA at
+   --generations (seed 0), its wall time, random assignment (mean of seeds 2022-2024), full cost
+   evaluations per second. The last line is `dtfm_world_n64 cost=<x> random=<y> seconds=<z>`.
+Numba compilation is warmed up first and not timed.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import numpy as np
 
 from labkit.plan.dtfm import RANDOM_SEEDS, CostModel, plan_dtfm, random_partition
-from labkit.plan.presets import DTFM_CASES, preset
+from labkit.plan.plan import Plan
+from labkit.plan.presets import DTFM_CASES, dtfm_paper_case, preset
 from labkit.plan.workload import Workload
 
 
@@ -30,19 +37,36 @@ def evals_per_second(cost: CostModel, n: int, count: int = 2000) -> float:
     return count / (time.perf_counter() - start)
 
 
+def timed(run: Callable[[], Plan]) -> tuple[Plan, float]:
+    """A plan and the process CPU seconds it took."""
+    start = time.process_time()
+    plan = run()
+    return plan, time.process_time() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--generations", type=int, default=60)
     parser.add_argument("--population", type=int, default=10)
+    parser.add_argument("--reference-generations", type=int, default=4900, help="DT-FM's budget: 4900")
     args = parser.parse_args()
     work = Workload.gpt3_xl()
     plan_dtfm(preset("dtfm_world", n=16), stages=4, generations=2)  # compile the kernels
+    plan_dtfm(preset("dtfm_world", n=16), stages=4, generations=2, method="dtfm-paper")
+    for name in DTFM_CASES:
+        scenario, paper_work = dtfm_paper_case(name)
+        ours, ours_cpu = timed(lambda: plan_dtfm(scenario, 8, paper_work))
+        ref, ref_cpu = timed(lambda: plan_dtfm(scenario, 8, paper_work, method="dtfm-paper", population=100,
+                                                generations=args.reference_generations))
+        print(f"paper_{name}_n64 cost={ours.time:.4f} reference={ref.time:.4f} cpu_seconds={ours_cpu:.2f} "
+              f"reference_cpu_seconds={ref_cpu:.2f}", flush=True)
     print(f"{'case':15s} {'GA cost':>9s} {'random':>9s} {'ratio':>6s} {'GA s':>6s} {'evals/s':>8s} {'GA evals/s':>10s}")
     last = ""
     for name in DTFM_CASES:
         scenario = preset(name, n=64)
         start = time.perf_counter()
-        plan = plan_dtfm(scenario, 8, work, seed=0, population=args.population, generations=args.generations)
+        plan = plan_dtfm(scenario, 8, work, method="dtfm-paper", seed=0, population=args.population,
+                         generations=args.generations)
         seconds = time.perf_counter() - start
         rnd = float(np.mean([plan_dtfm(scenario, 8, work, method="random", seed=s).time for s in RANDOM_SEEDS]))
         eps = evals_per_second(CostModel.build(scenario, 8, work), scenario.n)

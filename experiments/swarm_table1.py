@@ -4,7 +4,9 @@ One synchronous trainer sends batches of 1 x 512 tokens through 12 servers (one 
 each, activation checkpointing, fp16 activations); utilisation = compute time / wall time. The
 V100's achieved rate and a fixed per-layer overhead are calibrated from the paper's own Figure 3
 compute bars (GPT-3: 5317 ms, base: 66 ms per batch of 12 layers); xxlarge and every RTT are
-then predictions of the simulator's hop model.
+then predictions of the simulator's hop model. Hops overlap transfer with compute as SWARM's
+per-peer queues do: payloads stream in CHUNKS pieces and a peer computes each piece once it is in
+(`stream_chunks`); `--chunks 1` is the strictly sequential hop, a large value full overlap.
 Run: PYTHONPATH=. python experiments/swarm_table1.py [--plot docs/img/swarm_table1]
 """
 
@@ -35,12 +37,16 @@ def calibrate() -> tuple[float, float]:
     return efficiency, (FIG3_COMPUTE_MS["base"] / 12 - base_ms) / 2
 
 
-def utilization(model: str, rtt_ms: float, efficiency: float, overhead_ms: float) -> float:
+CHUNKS = 8  # pieces a payload streams in; the one knob of the overlap, chosen by hand (see docs/reproductions.md)
+
+
+def utilization(model: str, rtt_ms: float, efficiency: float, overhead_ms: float, chunks: int = CHUNKS) -> float:
     """% of wall time the pipeline's GPUs compute, one batch in flight."""
     s = SimScenario(name=f"table1 {model} rtt={rtt_ms}", model=model, stages=12,
                     peers=tuple(PeerGroup(device="V100", count=1, stage=k) for k in range(12)), trainers=1, window=1,
                     microbatch=1, seq_len=512, checkpointing=True, efficiency=efficiency, overhead_ms=overhead_ms,
-                    rtt_ms=rtt_ms, bandwidth_mbps=500.0, service_cv=0.0, duration=600.0, bin_seconds=600.0)
+                    rtt_ms=rtt_ms, bandwidth_mbps=500.0, service_cv=0.0, duration=600.0, bin_seconds=600.0,
+                    stream_chunks=chunks)
     r = simulate(s, "events")
     return 100.0 * float(r.stage_busy.sum()) / s.duration
 
@@ -48,13 +54,14 @@ def utilization(model: str, rtt_ms: float, efficiency: float, overhead_ms: float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument("--chunks", type=int, default=CHUNKS, help="pieces a payload streams in (1 = no overlap)")
     args = parser.parse_args()
     efficiency, overhead = calibrate()
     print(f"V100 efficiency {efficiency:.4f} of {DEVICES['V100'][0]} TFLOP/s, overhead {overhead:.2f} ms per layer and pass")
     records = []
     print(f"{'model':<8} " + " ".join(f"{'rtt ' + str(int(r)):>14}" for r in RTTS) + "   (ours / paper, %)")
     for model, paper in PAPER.items():
-        ours = [utilization(model, rtt, efficiency, overhead) for rtt in RTTS]
+        ours = [utilization(model, rtt, efficiency, overhead, args.chunks) for rtt in RTTS]
         print(f"{model:<8} " + " ".join(f"{a:6.2f} / {b:5.2f}" for a, b in zip(ours, paper)))
         records += [{"model": model, "rtt_ms": r, "source": src, "utilization": v}
                     for r, a, b in zip(RTTS, ours, paper) for src, v in (("simulator", a), ("paper", b))]

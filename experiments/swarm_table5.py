@@ -1,7 +1,8 @@
 """SWARM Table 5 / Figure 5: % of optimal throughput over a 32-hour preemptible-T4 trace.
 
-4 stages of T4s under the churn model `labkit.sim.presets.TABLE5_CHURN` (calibrated once so the
-no-rebalancing row lands near the paper's); no rebalancing vs T = 300 s vs T = 60 s, 10 seeds,
+4 stages of T4s under the churn model `labkit.sim.presets.TABLE5_CHURN` (single preemptions plus
+bursts that hit one stage, chosen on the no-rebalancing row only; a moving or joining peer serves
+nothing while it downloads the stage's parameters and Adam state); none vs T = 300 s vs T = 60 s, 10 seeds,
 fluid granularity. Also an ablation where newcomers join a uniform stage even with rebalancing.
 Run: PYTHONPATH=. python experiments/swarm_table5.py [--seeds 10] [--plot docs/img/swarm_fig5] [--high-churn]
 """

@@ -2,8 +2,11 @@
 
 Each of W trainer slots keeps one microbatch in flight: forward through stages 0..S-1 on peers
 that IWRR picks (`iwrr_pick`, the router's kernel), then backward along the same peers. A hop is
-ARRIVE (request reaches the peer after half a round trip plus the payload), FINISH (the peer's
-FIFO queue served it) and RESPOND (the answer is back half a round trip later; the trainer folds
+ARRIVE (the request's head reaches the peer after half a round trip; its payload streams in
+`chunks` pieces and the peer computes each piece once it is in: compute starts after the first
+piece and ends no sooner than the last piece's share after the last byte, so with 1 chunk the
+hop is payload then compute, and with many the shorter of the two is hidden), FINISH (the
+peer's FIFO queue served it) and RESPOND (the answer is back half a round trip later; the trainer folds
 the response time into the peer's EMA with `ema_fold`). A microbatch whose peer left or moved
 is recorded lost and redone from stage 0. The Python driver changes membership between calls.
 Twin: `run_until.py_func` (tests compare them with cv = 0).
@@ -59,16 +62,18 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
     """Process every event before `t_end`; state lives in the arrays passed in and is updated.
 
     peers = (stage, free_at, qlen, epoch) per peer; router = (prio, ema, order, banned, gamma);
-    service = (fwd, bwd, cv) with fwd/bwd[i, s] seconds; links = (out, back) seconds per peer;
+    service = (fwd, bwd, cv) with fwd/bwd[i, s] seconds; links = (out, back, payload, chunks):
+    request and answer latency and payload seconds per peer, and the pieces a payload streams in;
     slots = (pos, path, path_epoch, sent, mb_id); heap = (time, seq, slot, kind, size/seq box);
     counters[0..3] = entered, finished, lost, next microbatch id; sync = (group, t_ar by stage
-    count function table t_ar[n]); out = (work per bin, busy[bin, stage], bin_seconds, step
+    count function table t_ar[n]); out = (work per bin, busy[bin, stage] (compute seconds, split
+    over bins, none past the last bin), bin_seconds, step
     times, step count box); hops = (t, slot, stage, peer, direction, seconds, mb, count box).
     """
     stage, free_at, qlen, epoch = peers
     prio, ema, order, banned, gamma = router
     fwd, bwd, cv = service
-    hop_out, hop_back = links
+    hop_out, hop_back, payload, chunks = links
     pos, path, path_epoch, sent, mb_id = slots
     h_time, h_seq, h_slot, h_kind, box = heap
     group, t_ar = sync
@@ -92,11 +97,11 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
                 seconds = fwd[p, s] if forward else bwd[p, s]
                 if cv > 0.0:
                     seconds *= np.random.gamma(1.0 / (cv * cv), cv * cv)
-                start = max(t, free_at[p])
-                free_at[p] = start + seconds
-                busy[min(int(start / bin_seconds), n_bins - 1), s] += seconds
+                start = max(t + payload[p] / chunks, free_at[p])
+                free_at[p] = max(start + seconds, t + payload[p] + seconds / chunks)
+                _book(busy, s, start, seconds, bin_seconds)
                 box[1] += 1
-                box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], start + seconds, w, FINISH)
+                box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], free_at[p], w, FINISH)
                 continue
         elif kind == FINISH:
             if epoch[p] == path_epoch[w, s]:
@@ -129,6 +134,20 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
             _new_microbatch(w, pos, counters, mb_id)
         _issue(t, w, num_stages, stage, prio, ema, order, banned, epoch, pos, path, path_epoch, sent,
                hop_out, h_time, h_seq, h_slot, h_kind, box)
+
+
+@njit(cache=True)
+def _book(busy, s, start, seconds, bin_seconds):
+    """Add compute [start, start + seconds) of stage s to the bins it spans; time past the last bin
+    (work queued beyond the end of the run) is not booked."""
+    a, end = start, start + seconds
+    while a < end:
+        b = int(a / bin_seconds)
+        if b >= busy.shape[0]:
+            return
+        e = min(end, (b + 1) * bin_seconds)
+        busy[b, s] += e - a
+        a = e
 
 
 @njit(cache=True)

@@ -7,6 +7,12 @@ over the coarsened graph of bottleneck matchings, Eq. 3-4); the kernels live in
 by swapping nodes between two parents, improves it by local search (the paper's, or
 Kernighan-Lin), and replaces the worst member if the offspring is better.
 
+Methods: "dtfm" is labkit's planner: the same GA, but its initial population holds partitions
+shaped by the network (`structured_partitions`) and every member is improved by a tabu search
+that prices every single swap (`tabu_local_search`); "dtfm-paper" is the GA with the paper's own
+local search (the Figure 5 reproduction), "kl" the GA with Kernighan-Lin, "random" one random
+assignment.
+
 >>> from labkit.plan.presets import preset
 >>> plan = plan_dtfm(preset("dtfm_world", n=16), stages=4, generations=5, seed=0)
 >>> len(plan.stages), plan.parts["dp"] + plan.parts["pp"] == plan.time
@@ -28,12 +34,24 @@ from labkit.kernels.plan_cost import (
     comm_cost,
     open_tsp,
 )
-from labkit.plan.local_search import dtfm_local_search, groups_of, kl_local_search, labels_of
+from labkit.kernels.plan_tabu import device_classes
+from labkit.plan.local_search import (
+    dtfm_local_search,
+    groups_of,
+    kl_local_search,
+    labels_of,
+    structured_partitions,
+    tabu_local_search,
+)
 from labkit.plan.network import NetworkScenario
 from labkit.plan.plan import Plan, PlanStage
 from labkit.plan.workload import Workload
 
-METHODS = ("dtfm", "kl", "random")
+METHODS = ("dtfm", "dtfm-paper", "kl", "random")
+LOCAL_SEARCHES = ("tabu", "dtfm", "kl")
+# GA iterations when not given: the paper's 60 for its own local searches; each tabu search
+# costs ~20-200x one of theirs, and 4 offspring after the structured seeds already beat them
+DEFAULT_GENERATIONS = {"dtfm": 4, "dtfm-paper": 60, "kl": 60}
 RANDOM_SEEDS = (2022, 2023, 2024)  # the paper's seeds for its random layouts (Appendix B.1)
 
 
@@ -45,6 +63,7 @@ class CostModel:
     w_pp: np.ndarray  # 2(α + c_PP / β)
     stages: int
     replicas: int
+    classes: np.ndarray  # interchangeable devices share a class (`device_classes`)
     evals: int = field(default=0)
 
     @classmethod
@@ -57,7 +76,7 @@ class CostModel:
         np.fill_diagonal(alpha, 0.0)
         w_dp = 2 * (alpha + workload.c_dp(stages) / (replicas * beta))
         w_pp = 2 * (alpha + workload.c_pp(replicas) / beta)
-        return cls(w_dp=w_dp, w_pp=w_pp, stages=stages, replicas=replicas)
+        return cls(w_dp=w_dp, w_pp=w_pp, stages=stages, replicas=replicas, classes=device_classes(w_dp, w_pp))
 
     def parts(self, groups: np.ndarray) -> tuple[float, float]:
         """(DP, PP) seconds of a partition."""
@@ -104,18 +123,28 @@ def crossover(p1: np.ndarray, p2: np.ndarray, rng: np.random.Generator) -> np.nd
 
 def hybrid_ga(cost: CostModel, n: int, rng: np.random.Generator, local: str = "dtfm",
               population: int = 10, generations: int = 60,
-              progress: Callable[[int, float], None] | None = None) -> tuple[np.ndarray, list[float]]:
+              progress: Callable[[int, float], None] | None = None,
+              seeds: list[np.ndarray] | None = None) -> tuple[np.ndarray, list[float]]:
     """Run the hybrid GA; returns the best partition and the best cost after every iteration
-    (history[0] = best of the initial population, so the result is never worse than it)."""
-    if local not in ("dtfm", "kl"):
-        raise ConfigError("hybrid_ga", "local", local, "'dtfm' or 'kl'")
+    (history[0] = best of the initial population, so the result is never worse than it).
+
+    `local` is "tabu", "dtfm" (the paper's) or "kl". `seeds` take the first places of the initial
+    population (random partitions fill the rest); with "tabu" they are improved before the GA starts.
+    """
+    if local not in LOCAL_SEARCHES:
+        raise ConfigError("hybrid_ga", "local", local, f"one of {list(LOCAL_SEARCHES)}")
 
     def improve(g: np.ndarray) -> tuple[np.ndarray, float]:
+        if local == "tabu":
+            out = tabu_local_search(g, cost.w_dp, cost.w_pp, cost.classes, seed=int(rng.integers(2**31)))
+            return out, cost(out)
         if local == "dtfm":
             return dtfm_local_search(cost, g, cost.w_pp)
         return kl_local_search(cost, g, cost.w_dp)
 
-    pop = [random_partition(n, cost.stages, rng) for _ in range(population)]
+    seeds = list(seeds or [])[:population]
+    pop = [random_partition(n, cost.stages, rng) for _ in range(population - len(seeds))]
+    pop = [improve(g)[0] if local == "tabu" else g for g in seeds] + pop
     costs = [cost(g) for g in pop]
     history = [min(costs)]
     for it in range(generations):
@@ -169,15 +198,18 @@ def _plan_from_sigma(scenario: NetworkScenario, sigma: np.ndarray, workload: Wor
 
 
 def plan_dtfm(scenario: NetworkScenario, stages: int = 8, workload: Workload | None = None, *,
-              method: str = "dtfm", seed: int = 0, population: int = 10, generations: int = 60,
+              method: str = "dtfm", seed: int = 0, population: int = 10, generations: int | None = None,
               progress: Callable[[int, float], None] | None = None) -> Plan:
-    """Plan a scenario with DT-FM: method "dtfm" (GA + the paper's local search), "kl" (GA +
-    Kernighan-Lin) or "random" (one uniformly random tasklet assignment, no matching or TSP).
-    `meta["history"]` holds the GA's best cost per iteration."""
+    """Plan a scenario with DT-FM's cost model: method "dtfm" (labkit's search: structured seeds,
+    GA, tabu search), "dtfm-paper" (GA + the paper's local search), "kl" (GA + Kernighan-Lin) or
+    "random" (one uniformly random tasklet assignment, no matching or TSP). `generations` defaults
+    to DEFAULT_GENERATIONS[method]. `meta["history"]` holds the GA's best cost per iteration."""
     if method not in METHODS:
         raise ConfigError("plan_dtfm", "method", method, f"one of {list(METHODS)}")
     if not (isinstance(population, int) and population >= 2):
         raise ConfigError("plan_dtfm", "population", population, "an integer >= 2 (two parents per offspring)")
+    if generations is None:
+        generations = DEFAULT_GENERATIONS.get(method, 0)
     if not (isinstance(generations, int) and generations >= 0):
         raise ConfigError("plan_dtfm", "generations", generations, "an integer >= 0")
     workload = workload or Workload.gpt3_xl()
@@ -192,6 +224,8 @@ def plan_dtfm(scenario: NetworkScenario, stages: int = 8, workload: Workload | N
         sigma = rng.permutation(scenario.n).reshape(cost.replicas, stages)
         dp, pp = assignment_cost(sigma, cost.w_dp, cost.w_pp)
         return _plan_from_sigma(scenario, sigma, workload, method, float(dp), float(pp), meta)
-    best, history = hybrid_ga(cost, scenario.n, rng, method, population, generations, progress)
+    local = {"dtfm": "tabu", "dtfm-paper": "dtfm", "kl": "kl"}[method]
+    seeds = structured_partitions(cost.w_pp, stages) if method == "dtfm" else None
+    best, history = hybrid_ga(cost, scenario.n, rng, local, population, generations, progress, seeds)
     meta |= {"history": history, "evals": cost.evals, "population": population, "generations": generations}
     return plan_from_groups(scenario, best, cost, workload, method, meta)

@@ -17,6 +17,7 @@ import numpy as np
 
 from labkit.config import ConfigError
 from labkit.plan.network import MAX_DEVICES, Device, NetworkScenario
+from labkit.plan.workload import Workload
 
 GBIT = 1e9 / 8  # bytes/s in one Gbit/s
 MBIT = 1e6 / 8
@@ -196,6 +197,21 @@ NETWORK_PRESETS: dict[str, Callable[..., NetworkScenario]] = {
     "ps_case3": lambda **kw: ps_case(3, **kw), "ps_case4": lambda **kw: ps_case(4, **kw),
     "ps_realworld": ps_realworld,
 }
+
+
+# Message sizes (GB) DT-FM's released scheduler prices its five cases with: (gradients c_DP,
+# activations c_PP of one macro-batch). The paper gives only the model (GPT3-XL).
+DTFM_MESSAGE_GB = {"dtfm_ondemand": (1.0, 0.28125), "dtfm_spot": (1.0, 0.28125), "dtfm_multidc": (1.0, 0.28125),
+                   "dtfm_regional": (0.7, 0.4), "dtfm_world": (0.9, 0.5)}
+
+
+def dtfm_paper_case(name: str, n: int = 64) -> tuple[NetworkScenario, Workload]:
+    """One of DT-FM's five cases as its paper describes it: the preset with no jitter (every link of
+    a kind equal, as in the paper's tables) and DT-FM's own message sizes."""
+    if name not in DTFM_MESSAGE_GB:
+        raise ConfigError("dtfm_paper_case", "name", name, f"one of {list(DTFM_CASES)}")
+    dp_gb, pp_gb = DTFM_MESSAGE_GB[name]
+    return preset(name, n=n, jitter=0.0), Workload(c_dp_given=dp_gb * 1e9, c_pp_given=pp_gb * 1e9)
 
 
 def preset(name: str, **kwargs: float) -> NetworkScenario:

@@ -103,6 +103,8 @@ class SimScenario:
     rebalance_period: float | None = None  # Algorithm 2 period T in seconds; None = no rebalancing
     move_seconds: float | None = None  # downtime of a moving peer; None = stage state / bandwidth
     directed_joins: bool = True  # with rebalancing, newcomers join the stage Algorithm 2 picks; else uniform
+    stream_chunks: int = 1  # events mode: payloads stream in this many chunks and a peer computes a chunk as soon
+    # as it is in, so transfer hides behind compute (SWARM App. F); 1 = the whole payload first, then compute
     duration: float = 600.0  # simulated seconds
     trace: Trace = ()  # (time, change in peers) events
     churn: ChurnModel | None = None  # if set, the trace is generated from it (with `seed`)
@@ -155,6 +157,8 @@ class SimScenario:
             _check(value is None or (_num(value) and value >= low), o, name, value,
                    "None or a finite number of seconds " + (">= 0" if low == 0 else "> 0"))
         _check(isinstance(self.directed_joins, bool), o, "directed_joins", self.directed_joins, "True or False")
+        _check(_int(self.stream_chunks) and 1 <= self.stream_chunks <= 1_000_000, o, "stream_chunks",
+               self.stream_chunks, "an integer from 1 (no overlap) to 1,000,000")
         for name in ("duration", "bin_seconds"):
             value = getattr(self, name)
             _check(_num(value) and value > 0, o, name, value, "a finite number of seconds > 0")

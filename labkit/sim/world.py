@@ -73,6 +73,10 @@ def build_world(s: SimScenario) -> World:
     rtt0, bw0 = s.rtt_ms / 1e3, s.bandwidth_mbps * 1e6 / 8.0
     rng = np.random.default_rng([s.seed, 1])
     unit = [(t, 1 if d > 0 else -1) for t, d in trace for _ in range(abs(d))]
+    # one stage draw per trace event (SWARM App. I: an event's removed peers leave one uniformly
+    # random stage), so a burst of preemptions empties one stage, not a spread of them
+    event_u = rng.random(len(trace))
+    stage_u = np.array([u for (_, d), u in zip(trace, event_u) for _ in range(abs(d))])
     params = np.array(costs.stage_params, dtype=float)
     move = params * ADAM_STATE_BYTES / bw0 if s.move_seconds is None else np.full(s.stages, float(s.move_seconds))
     return World(
@@ -81,6 +85,6 @@ def build_world(s: SimScenario) -> World:
         hop_rtt=np.array([r for r, _ in links]), hop_bytes_s=np.array([b for _, b in links]),
         activation_bytes=costs.activation_bytes,
         ev_t=np.array([t for t, _ in unit], float), ev_delta=np.array([d for _, d in unit], np.int64),
-        ev_u=rng.random(len(unit)), ev_v=rng.random(len(unit)),
+        ev_u=stage_u, ev_v=rng.random(len(unit)),
         ar_time=params * GRAD_BYTES / s.compression / bw0, ar_rtt=rtt0, move_seconds=move,
         group=0 if s.global_batch is None else -(-s.global_batch // s.microbatch))

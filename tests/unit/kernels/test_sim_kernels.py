@@ -1,6 +1,7 @@
 """The simulator's numba loops against their plain-Python executions (`py_func`)."""
 
 import numpy as np
+import pytest
 
 from labkit.kernels.fluid import fluid_run
 from labkit.sim.events_sim import _Swarm
@@ -34,14 +35,15 @@ def test_fluid_kernel_matches_plain_python():
         np.testing.assert_array_equal(x, y)
 
 
-def test_event_kernel_matches_plain_python():
+@pytest.mark.parametrize("chunks", [1.0, 8.0])
+def test_event_kernel_matches_plain_python(chunks: float):
     s = _scenario()
     w = build_world(s)
     swarms = [_Swarm(s, w, 2000) for _ in range(2)]
+    links = (w.hop_rtt / 2, w.hop_rtt / 2, w.hop_seconds - w.hop_rtt, chunks)
     for sw, fn in zip(swarms, (run_until, run_until.py_func)):
         fn(60.0, s.stages, (sw.stage, sw.free_at, sw.qlen, sw.epoch), (sw.prio, sw.ema, sw.order, sw.banned, s.gamma),
-           (w.fwd, w.bwd, 0.0), (w.hop_seconds - w.hop_rtt / 2, w.hop_rtt / 2), sw.slots, sw.heap, sw.counters,
-           sw.sync, sw.out, sw.hops)
+           (w.fwd, w.bwd, 0.0), links, sw.slots, sw.heap, sw.counters, sw.sync, sw.out, sw.hops)
     a, b = swarms
     assert a.counters[1] > 10
     np.testing.assert_array_equal(a.counters, b.counters)

@@ -24,7 +24,7 @@ def test_bad_values_give_one_line(tmp_path, capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "stages=5" in err and "divisor" in err
     assert main(["plan", "--out", str(tmp_path)]) == 2
-    assert "exactly one of SCENARIO.json or --preset NAME" in capsys.readouterr().err
+    assert "exactly one of SCENARIO.json, --preset NAME or --network FILE" in capsys.readouterr().err
 
 
 def test_plan_command_reads_a_scenario_file(tmp_path) -> None:
