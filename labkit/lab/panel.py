@@ -11,6 +11,7 @@ clicks are handled while the run trains.
 
 from __future__ import annotations
 
+import html
 import threading
 import time
 from typing import Any
@@ -79,9 +80,12 @@ class Lab:
         state_clock = _Every(STATE_PERIOD)
 
         def tick(rows: Rows) -> None:
-            if state_clock.due() or run.done:
-                self.controls.refresh(run.state(), rows.totals())
-            self.status.value = _status_line(run)
+            try:
+                if state_clock.due() or run.done:
+                    self.controls.refresh(run.state(), rows.totals())
+                self.status.value = _status_line(run)
+            except Exception as exc:  # e.g. a Dask run's state while its workers shut down: keep refreshing
+                self.status.value = html.escape(f"state unavailable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
 
         self.view = LiveView(run, hz=self._hz, windows=self._windows, on_tick=[tick])  # first: it turns on the offline charts
         self.whatif = WhatIfPanel(run)

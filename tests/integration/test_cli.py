@@ -26,7 +26,7 @@ def test_train_writes_a_run_directory(tmp_path: Path) -> None:
     assert {e["type"] for e in events} >= {"run", "hop", "step", "peer", "eval", "load"}
     assert (run / "checkpoint.pt").stat().st_size > 100_000
     assert "validation loss" in out.stdout
-    assert f"report: {run / 'report.html'}" in out.stdout.splitlines()
+    assert "report: run/report.html" in out.stdout.splitlines()  # the run directory as given
     assert (run / "report.html").read_text().count("<svg") == 6  # every lab chart, as a static picture
 
 
