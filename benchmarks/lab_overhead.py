@@ -2,7 +2,7 @@
 nothing attached (alternating runs of one config, medians), and the refresher's cost per tick once
 50 000 events have been folded.
 
-    PYTHONPATH=. python benchmarks/lab_overhead.py [--pairs 3] [--steps 60]
+    PYTHONPATH=. python benchmarks/lab_overhead.py [--pairs 5] [--steps 160]
 
 Last line: `lab_ratio=<with / without> tick_ms=<median refresher tick at 50 000 events>`.
 """
@@ -74,8 +74,8 @@ def tick_ms(repeats: int = 20) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=3, help="alternating (without, with) run pairs")
-    parser.add_argument("--steps", type=int, default=60, help="optimizer steps per run")
+    parser.add_argument("--pairs", type=int, default=5, help="alternating (without, with) run pairs")
+    parser.add_argument("--steps", type=int, default=160, help="optimizer steps per run")
     args = parser.parse_args()
     cfg = RunConfig(model=ModelConfig(size="nano", seq_len=64), data=DataConfig(max_bytes=4_000_000), stages=2,
                     peers=2, trainers=4, global_batch=32, microbatch=8, steps=args.steps, eval_every=0)

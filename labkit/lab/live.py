@@ -8,6 +8,7 @@ The same charts show a finished run's events.jsonl (`replay`) or a simulation (`
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from collections.abc import Callable, Iterable
@@ -96,33 +97,38 @@ class Charts:
         import ipywidgets
 
         enable_offline()
-        self.skeletons: dict[str, Spec] = {name: make().to_dict() for name, make in CHARTS.items()}
+        self.skeletons = skeletons()
         self.uses = {name: sorted(_dataset_names(spec)) for name, spec in self.skeletons.items()}
         self.widgets: dict[str, alt.JupyterChart] = {}  # made at a chart's first rows, so it embeds once
         self.boxes = {name: ipywidgets.Box([ipywidgets.HTML(f"<i>{name}: waiting for the run's events</i>")])
                       for name in CHARTS}
         self.shown: dict[str, dict[str, list]] = {}  # per chart, the datasets it draws now
+        self.drawn: dict[str, dict[str, int]] = {}  # per chart, the versions of those datasets
 
     def draw(self, rows: Rows) -> None:
-        data = rows.datasets()
+        """Send each chart the datasets that changed since it last drew."""
         for name in CHARTS:
-            if not data[name]:
+            versions = {d: rows.versions[d] for d in self.uses[name]}
+            drawn = self.drawn.get(name, {})
+            if versions == drawn:
                 continue
-            datasets = {d: data[d] for d in self.uses[name]}
-            if datasets == self.shown.get(name):
-                continue
-            jc = self.widgets.get(name)
-            if jc is None:
+            if name not in self.widgets:
+                main = rows.dataset(name)
+                if not main:
+                    continue
+                datasets = {d: main if d == name else rows.dataset(d) for d in self.uses[name]}
                 # SVG: crisp at any zoom, and its marks and labels are in the page (the browser test reads them)
-                jc = self.widgets[name] = alt.JupyterChart(CHARTS[name](), embed_options={"renderer": "svg"})
-                jc.spec = with_data(self.skeletons[name], datasets)
+                jc = self.widgets[name] = alt.JupyterChart(None, embed_options={"renderer": "svg"})
+                jc.spec = with_data(self.skeletons[name], datasets)  # validated once, in `skeletons`
                 self.boxes[name].children = [jc]
             else:
+                datasets = {d: rows.dataset(d) for d, v in versions.items() if drawn.get(d) != v}
                 # altair's own channel for data updates of a live view (JupyterChart's JS applies
                 # them with a Vega changeset); it has no public setter
-                jc._py_to_js_updates = [{"namespace": "data", "name": d, "scope": [], "value": v}
-                                        for d, v in datasets.items()]
-            self.shown[name] = datasets
+                self.widgets[name]._py_to_js_updates = [{"namespace": "data", "name": d, "scope": [], "value": v}
+                                                        for d, v in datasets.items()]
+            self.shown.setdefault(name, {}).update(datasets)
+            self.drawn[name] = versions
 
     def spec(self, name: str) -> Spec:
         """The spec of what chart `name` draws now (data included), e.g. for a static picture."""
@@ -134,6 +140,13 @@ class Charts:
 
         boxes = [self.boxes[name] for name in CHARTS]
         return ipywidgets.VBox([ipywidgets.HBox(boxes[i:i + 2]) for i in range(0, len(boxes), 2)])
+
+
+@functools.cache
+def skeletons() -> dict[str, Spec]:
+    """Every lab chart's spec without data, built and validated once per process (altair's
+    validation is most of what a panel costs to open)."""
+    return {name: make().to_dict() for name, make in CHARTS.items()}
 
 
 def charts_of(rows: Rows) -> Charts:

@@ -23,6 +23,11 @@ from labkit.runtime.eventlog import read_events
 Row = dict[str, Any]
 DATASETS = ("routing", "loads", "timeline", "throughput", "loss", "traffic", "marks", "recent_marks")
 MARKED_PEER_STATES = {"killed": "kill", "moved": "move", "banned": "ban"}
+# the datasets an event of each type may change (time moving on changes the windowed ones)
+TOUCHES = {"hop": ("routing", "timeline", "traffic"), "step": ("throughput", "loss"), "eval": ("loss",),
+           "load": ("loads",), "peer": ("loads", "marks", "recent_marks"), "setting": ("marks", "recent_marks"),
+           "sync": ("traffic",), "run": ("marks", "recent_marks")}
+WINDOWED = ("routing", "timeline", "recent_marks")
 MARKED_SETTINGS = ("layer_split", "codec", "sync")
 
 
@@ -42,6 +47,7 @@ class Rows:
         self.w = windows
         self.tokens_per_microbatch = tokens_per_microbatch  # for peers' tokens/s (0: unknown)
         self.version = 0  # bumps on every folded event: a refresher redraws only when it moved
+        self.versions = dict.fromkeys(DATASETS, 0)  # per dataset: a chart redraws only what moved
         self.now = 0.0  # the latest event time
         self.codec = codec
         self.started = False  # peers joining before the run starts are its first, not marked joins
@@ -76,8 +82,12 @@ class Rows:
         if e["t"] > self.now:
             self.now = e["t"]
             self._expire()
+            for name in WINDOWED:
+                self.versions[name] += 1
         fold(self, e)
         self.version += 1
+        for name in TOUCHES[kind]:
+            self.versions[name] += 1
 
     # -- one fold per event type -------------------------------------------------------------
     def _hop(self, e: Event) -> None:
@@ -188,11 +198,16 @@ class Rows:
                          "tokens_per_s": recent.get(name, 0) * self.tokens_per_microbatch / seconds}
         return out
 
+    def dataset(self, name: str) -> list[Row]:
+        """The rows of dataset `name` (one of DATASETS)."""
+        if name not in DATASETS:
+            raise KeyError(f"no dataset {name!r}: one of {list(DATASETS)}")
+        return {"routing": self.routing, "traffic": self.traffic, "recent_marks": self.recent_marks}.get(
+            name, lambda: list(getattr(self, f"_{name}")))()
+
     def datasets(self) -> dict[str, list[Row]]:
         """Every chart's rows, by dataset name (DATASETS)."""
-        return {"routing": self.routing(), "loads": list(self._loads), "timeline": list(self._timeline),
-                "throughput": list(self._throughput), "loss": list(self._loss), "traffic": self.traffic(),
-                "marks": list(self._marks), "recent_marks": self.recent_marks()}
+        return {name: self.dataset(name) for name in DATASETS}
 
     def recent_marks(self) -> list[Row]:
         """The marks within the timeline's window (so old ones do not stretch its axis)."""
