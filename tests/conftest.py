@@ -12,6 +12,7 @@ import pytest
 from labkit.config import DataConfig, ModelConfig, RunConfig
 from labkit.runtime import launch as launching
 from labkit.runtime.handle import RunHandle
+from tests.processes import reap
 
 REAP_SECONDS = 60  # how long a leaked run may take to stop before its processes are killed
 
@@ -53,7 +54,7 @@ def reap_runs(monkeypatch: pytest.MonkeyPatch, kept_processes: list[Callable[[],
     for run in launched:
         run.wait(REAP_SECONDS)
     kept = set().union(*(pids() for pids in kept_processes))
-    _reap([p for p in me.children() if p.pid not in before | kept and not _shared_helper(p)])
+    reap([p for p in me.children() if p.pid not in before | kept and not _shared_helper(p)])
 
 
 def _shared_helper(process: psutil.Process) -> bool:
@@ -62,24 +63,3 @@ def _shared_helper(process: psutil.Process) -> bool:
         return any(part in " ".join(process.cmdline()) for part in ("resource_tracker", "forkserver"))
     except psutil.Error:
         return True
-
-
-def _reap(processes: list[psutil.Process]) -> None:
-    """Terminate `processes` and their descendants; kill what is still there after 5 s."""
-    tree = []
-    for p in processes:
-        try:
-            tree += [p, *p.children(recursive=True)]
-        except psutil.Error:
-            continue
-    for p in tree:
-        try:
-            p.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(tree, timeout=5)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from labkit.lab.report import write_report
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `report` sub-command."""
@@ -18,6 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from labkit.lab.report import write_report  # altair and vl-convert: 2 s to import, only here
+
     try:
         path = write_report(args.run_dir)
     except (OSError, ValueError) as exc:

@@ -16,7 +16,6 @@ from tqdm import tqdm
 
 from labkit.cli.args import int_in, out_dir
 from labkit.config import ConfigError
-from labkit.lab.report import SIM_SERIES, write_report
 from labkit.sim import MODES, SimScenario
 from labkit.sim.events_sim import MAX_HOPS, check_events, run_events
 from labkit.sim.fluid import run_fluid
@@ -96,6 +95,8 @@ def _run(args: argparse.Namespace) -> int:
         for event in result.events:
             f.write(json.dumps(_finite(event)) + "\n")
     (args.out / "summary.json").write_text(json.dumps(_finite(summary), indent=2))
+    from labkit.lab.report import SIM_SERIES, write_report  # altair and vl-convert: 2 s to import, only here
+
     (args.out / SIM_SERIES).write_text(json.dumps(_finite(throughput_series(result))))
     report = write_report(args.out)
     print(f"simulated {scenario.duration:.0f} s of {scenario.name} ({args.mode}) in {result.wall_seconds:.1f} s: "

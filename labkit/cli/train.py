@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from labkit.cli.args import int_in, out_dir
-from labkit.lab.report import write_report
 from labkit.config import (INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES, ConfigError, DataConfig,
                            ModelConfig, RunConfig, SyncConfig)
 
@@ -200,6 +199,8 @@ def run_train(args: argparse.Namespace) -> int:
                                                   "tokens_per_second", "seconds", "pipeline_bytes_total",
                                                   "dp_bytes_total")}, indent=None))
     if not args.no_report:
+        from labkit.lab.report import write_report  # altair and vl-convert: 2 s to import, only here
+
         print(f"report: {write_report(run_dir)}")
     return _report(summary, run_dir)
 

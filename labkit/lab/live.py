@@ -43,7 +43,6 @@ class LiveView:
         self._queue: queue.Queue[Event] = run.events.subscribe()
         self.rows = Rows.for_config(run.config, windows).extend(run.events.history())
         self.charts = Charts()
-        self._drawn = -1
         self._stop = threading.Event()
         self.refresh()
         self._thread = threading.Thread(target=self._loop, name="labkit-live-view", daemon=True)
@@ -59,9 +58,7 @@ class LiveView:
                 self.rows.add(self._queue.get_nowait())
             except queue.Empty:
                 break
-        if self.rows.version != self._drawn:
-            self._drawn = self.rows.version
-            self.charts.draw(self.rows)
+        self.charts.draw(self.rows)  # sends only the datasets whose versions moved
         for tick in self.on_tick:
             tick(self.rows)
 

@@ -46,7 +46,6 @@ class Rows:
     def __init__(self, codec: str = "fp32", tokens_per_microbatch: int = 0, windows: Windows = Windows()) -> None:
         self.w = windows
         self.tokens_per_microbatch = tokens_per_microbatch  # for peers' tokens/s (0: unknown)
-        self.version = 0  # bumps on every folded event: a refresher redraws only when it moved
         self.versions = dict.fromkeys(DATASETS, 0)  # per dataset: a chart redraws only what moved
         self.now = 0.0  # the latest event time
         self.codec = codec
@@ -85,7 +84,6 @@ class Rows:
             for name in WINDOWED:
                 self.versions[name] += 1
         fold(self, e)
-        self.version += 1
         for name in TOUCHES[kind]:
             self.versions[name] += 1
 

@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 
 import psutil
 
+from tests.processes import reap
+
 if TYPE_CHECKING:
     from playwright.sync_api import ConsoleMessage, Page, Request
 
@@ -137,7 +139,7 @@ def start_lab(root: Path, home: Path, notebooks: list[Path]) -> JupyterLab:
 
 
 def stop_lab(lab: JupyterLab) -> None:
-    """Shut down the kernels and the server; kill whatever of its process tree is left."""
+    """Shut down the kernels and the server; end whatever of its process tree is left."""
     try:
         tree = [psutil.Process(lab.process.pid), *psutil.Process(lab.process.pid).children(recursive=True)]
     except psutil.Error:
@@ -152,12 +154,7 @@ def stop_lab(lab: JupyterLab) -> None:
     except subprocess.TimeoutExpired:
         lab.process.kill()
         lab.process.wait()
-    _, alive = psutil.wait_procs(tree, timeout=10)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
+    reap(tree, grace=10)  # kernels the server did not take down with it
 
 
 @dataclass
