@@ -80,6 +80,8 @@ class Coordinator:
         self.running = True
         self.emit(events.run(self.clock(), state="started", reason=description))
         self.evaluate()
+        with self.lock:
+            self._record_state()  # a state() that times out on the lock has the peers, not an empty "starting"
         for trainer in self.trainers:
             trainer.start()
         self._boundary.start()
@@ -192,6 +194,7 @@ class Coordinator:
                     step_boundary(self)
                 except Exception as exc:  # a broken invariant ends the run loudly
                     self.fail(exc)
+                self._record_state()
                 self.cond.notify_all()
 
     def evaluate(self) -> float | None:
@@ -252,15 +255,20 @@ class Coordinator:
         if not self.lock.acquire(timeout=0.5):
             return {**self._last_state, "stale": True}
         try:
-            stages = []
-            for stage, (first, count) in enumerate(self.members.bounds):
-                credited = self.ledger.samples(stage)
-                peers = [{"peer": p.name, "queue": p.queue_length, "samples": p.samples, "delay": p.delay,
-                          "worker": p.worker, "credited": credited.get(p.name, 0)} for p in self.members.live(stage)]
-                stages.append({"stage": stage, "layers": list(range(first, first + count)), "peers": peers})
-            self._last_state = {"status": "paused" if self.paused else "running", "step": self.ledger.step,
-                                "steps": self.cfg.steps, "loss": self.last_loss, "paused_stages": sorted(self.paused),
-                                "stages": stages}
-            return dict(self._last_state)
+            return self._record_state()
         finally:
             self.lock.release()
+
+    def _record_state(self) -> dict[str, Any]:
+        """Build the state (the lock held), keep it for state() calls that find the lock busy
+        (refreshed at start and after every step boundary), and return a copy."""
+        stages = []
+        for stage, (first, count) in enumerate(self.members.bounds):
+            credited = self.ledger.samples(stage)
+            peers = [{"peer": p.name, "queue": p.queue_length, "samples": p.samples, "delay": p.delay,
+                      "worker": p.worker, "credited": credited.get(p.name, 0)} for p in self.members.live(stage)]
+            stages.append({"stage": stage, "layers": list(range(first, first + count)), "peers": peers})
+        self._last_state = {"status": "paused" if self.paused else "running", "step": self.ledger.step,
+                            "steps": self.cfg.steps, "loss": self.last_loss, "paused_stages": sorted(self.paused),
+                            "stages": stages}
+        return dict(self._last_state)
