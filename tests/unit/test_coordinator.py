@@ -3,6 +3,8 @@ model. The test plays the trainers: it takes tasks, has fake peers accumulate, a
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -113,3 +115,22 @@ def test_gradients_of_a_dead_trainers_microbatch_evict_the_peer_that_holds_them(
     killed, = [e for e in log.history("peer") if e["state"] == "killed"]
     assert killed["peer"] == "s1p1" and "trainer died" in killed["reason"]
     assert not log.history("step"), "the step waits for the evicted peer's samples"
+
+
+def test_a_lost_trainers_call_still_waiting_takes_no_microbatch() -> None:
+    """A trainer's worker dies while its `next_task` call waits on the coordinator (every
+    microbatch in flight). The call outlives the trainer: once the trainer is reported lost it
+    must return with nothing, or it takes the next free microbatch, which then stays in flight
+    with no one working on it and the step never comes (seen once in CI: 12 of 16 samples
+    credited, every queue empty)."""
+    c, peers, log = _coordinator()
+    taken = [c.next_task(f"t{i + 2}#1")[0] for i in range(c.cfg.microbatches_per_step)]
+    got: list = []
+    waiting = threading.Thread(target=lambda: got.append(c.next_task("t1#1")))
+    waiting.start()
+    c.trainer_lost("t1#1", "its worker left")
+    waiting.join(timeout=10)
+    assert got == [None], got
+    c.finish("t2#1", taken[0], {}, None)  # a microbatch comes free: the restarted trainer takes it
+    again, _ = c.next_task("t1#2")
+    assert again.microbatch == taken[0].microbatch

@@ -37,16 +37,21 @@ class NoFreeWorker(RuntimeError):
 
 
 class RemoteTrainer:
-    """A trainer actor on `worker`; `join` waits for its loop to end."""
+    """A trainer actor on `worker`; `join` waits for its loop to end. Each start is a new life,
+    and the coordinator knows the trainer by `life_name`, so a dead life's calls take no work."""
 
     def __init__(self, fleet: DaskPeers, name: str, worker: str) -> None:
         self.fleet, self.name, self.worker = fleet, name, worker
+        self.life_name = name
+        self._lives = 0
         self._future: Any = None
 
     def start(self) -> None:
         f = self.fleet
-        self._future = f.client.submit(TrainerActor, f.run_id, self.name, f.cfg, f.coordinator_actor, f.dht_peers,
-                                       f.t0_wall, actor=True, workers=[self.worker], allow_other_workers=False,
+        self._lives += 1
+        self.life_name = f"{self.name}#{self._lives}"
+        self._future = f.client.submit(TrainerActor, f.run_id, self.name, self.life_name, f.cfg, f.coordinator_actor,
+                                       f.dht_peers, f.t0_wall, actor=True, workers=[self.worker], allow_other_workers=False,
                                        key=f"labkit-trainer-{f.run_id}-{self.name}-{uuid.uuid4().hex[:8]}")
 
     def join(self, timeout: float | None = None) -> None:
@@ -200,7 +205,7 @@ class DaskPeers:
         del self._placed[worker]
         trainer = next((t for t in c.trainers if t.name == what), None)
         if trainer is not None:
-            c.trainer_lost(what, reason)
+            c.trainer_lost(trainer.life_name, reason)
             self._restart(trainer)
             return
         peer = c.members.peers.get(what)  # without the lock, which a step boundary waiting on this peer holds

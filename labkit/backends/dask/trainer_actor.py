@@ -81,10 +81,11 @@ class DhtDirectory:
 
 class CoordinatorClient:
     """The trainer's `WorkSource`: calls on the coordinator actor, with the actor instance each
-    report is about (a stale view may have called a peer's replaced instance)."""
+    report is about (a stale view may have called a peer's replaced instance). Work is taken and
+    finished under `life_name`, this life of the trainer (a restarted trainer has a new one)."""
 
-    def __init__(self, coordinator: Actor, directory: DhtDirectory, t0: float) -> None:
-        self._coordinator, self._directory, self._t0 = coordinator, directory, t0
+    def __init__(self, coordinator: Actor, directory: DhtDirectory, t0: float, life_name: str) -> None:
+        self._coordinator, self._directory, self._t0, self._life = coordinator, directory, t0, life_name
         self._events: list[events.Event] = []
 
     def clock(self) -> float:
@@ -94,11 +95,11 @@ class CoordinatorClient:
         self._events.append(event)
 
     def next_task(self, trainer: str) -> tuple[Task, str] | None:
-        return self._coordinator.next_task(trainer).result()
+        return self._coordinator.next_task(self._life).result()
 
     def finish(self, trainer: str, task: Task, credits: dict[int, str], loss: float | None) -> None:
         batch, self._events = self._events, []
-        self._coordinator.finish(trainer, task, credits, loss, batch).result()
+        self._coordinator.finish(self._life, task, credits, loss, batch).result()
 
     def stage_empty(self, stage: int) -> None:
         self._coordinator.trainer_call("stage_empty", stage).result()
@@ -118,14 +119,15 @@ class CoordinatorClient:
 class TrainerActor:
     """One trainer on this worker, running the in-process `Trainer` loop against the coordinator."""
 
-    def __init__(self, run_id: str, name: str, cfg: RunConfig, coordinator: tuple[type, str, str],
+    def __init__(self, run_id: str, name: str, life_name: str, cfg: RunConfig, coordinator: tuple[type, str, str],
                  dht_peers: list[str], t0: float) -> None:
-        """coordinator: (class, worker address, key) of the coordinator's actor. The handle is made
-        here, on this worker's actor thread: a handle unpickled elsewhere finds no client."""
+        """coordinator: (class, worker address, key) of the coordinator's actor; life_name: this
+        start of trainer `name`. The handle is made here, on this worker's actor thread: a
+        handle unpickled elsewhere finds no client."""
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.directory = DhtDirectory(run_id, cfg, dht_peers)
-        work = CoordinatorClient(Actor(*coordinator), self.directory, t0)
+        work = CoordinatorClient(Actor(*coordinator), self.directory, t0, life_name)
         sampler = WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed)
         self.trainer = Trainer(name, cfg, work, self.directory, sampler)
         self.trainer.start()
