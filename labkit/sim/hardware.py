@@ -3,15 +3,20 @@
 Device figures are dense fp16/bf16 tensor-core peaks with fp32 accumulation (the rate mixed
 precision training uses) and memory, from the vendors' spec sheets / architecture whitepapers:
 
-| preset   | fp16 tensor TFLOP/s | memory GB | source                                   |
-| -------- | ------------------- | --------- | ---------------------------------------- |
-| T4       | 65                  | 16        | NVIDIA T4 datasheet                      |
-| V100     | 112                 | 16        | V100 PCIe datasheet (SXM2: 125)          |
-| A100     | 312                 | 80        | A100 datasheet (SXM, dense)              |
-| RTX2080  | 40.3                | 8         | Turing whitepaper, fp32 accumulate       |
-| RTX3080  | 59.5                | 10        | Ampere GA102 whitepaper, fp32 accumulate |
-| RTX4090  | 165.2               | 24        | Ada whitepaper, fp32 accumulate          |
-| H100     | 989                 | 80        | H100 SXM datasheet (dense)               |
+| preset    | fp16 tensor TFLOP/s | memory GB | source                                   |
+| --------- | ------------------- | --------- | ---------------------------------------- |
+| T4        | 65                  | 16        | NVIDIA T4 datasheet                      |
+| V100      | 112                 | 16        | V100 PCIe datasheet (SXM2: 125)          |
+| V100-32GB | 112                 | 32        | V100 PCIe 32 GB datasheet (ATOM's V100)  |
+| GTX1080Ti | 11.3 (fp32)         | 11        | GeForce GTX 1080 Ti spec (ATOM's medium) |
+| A100      | 312                 | 80        | A100 datasheet (SXM, dense)              |
+| RTX2080   | 40.3                | 8         | Turing whitepaper, fp32 accumulate       |
+| RTX3080   | 59.5                | 10        | Ampere GA102 whitepaper, fp32 accumulate |
+| RTX4090   | 165.2               | 24        | Ada whitepaper, fp32 accumulate          |
+| H100      | 989                 | 80        | H100 SXM datasheet (dense)               |
+
+Pascal GeForce cards have no tensor cores and run fp16 arithmetic at 1/64 of fp32, so the
+GTX1080Ti row holds its fp32 peak: the rate training on it reaches.
 
 FLOP formula: a transformer block costs 6·(12d² + 13d) + 12·T·d training FLOPs per token (the
 formula of `ModelConfig.block_flops_per_token`: 6 per parameter for forward+backward plus the
@@ -29,6 +34,8 @@ from labkit.config import MODEL_SIZES, even_split
 DEVICES: dict[str, tuple[float, float]] = {
     "T4": (65.0, 16.0),
     "V100": (112.0, 16.0),
+    "V100-32GB": (112.0, 32.0),
+    "GTX1080Ti": (11.3, 11.0),
     "A100": (312.0, 80.0),
     "RTX2080": (40.3, 8.0),
     "RTX3080": (59.5, 10.0),
