@@ -1,0 +1,191 @@
+"""ATOM's swap schedule (seed 004, §III-C, Fig. 12) in virtual time, and the timeline type the
+pipeline baselines (`labkit.sim.pipelines`) share with it.
+
+One device trains a whole model held in host memory, cut into sub-models of consecutive layers
+(`sizes`, from the partition search or by hand). Two streams: a compute stream runs the current
+sub-model for all C minibatches of the iteration (gradient accumulation, so forward compute grows
+to hide loading); a load stream copies the next sub-model host -> device, starting when the
+current one starts computing. Forward runs sub-models 1..K, backward K..1. The last forward
+sub-model is the first backward one and the last backward one is the first forward one of the
+next iteration, so those stay on the device (the locality rule); every other sub-model is
+swapped out when its run ends, so the device holds the current sub-model and the next at most.
+Memory is checked when a load starts: when current + next (+ the stash) exceed the budget, the
+load waits until the current run ends and its sub-model is out.
+
+Swap-outs are free: device -> host copies of parameters and gradients overlap compute on a third
+path (PCIe is full duplex) and take no time on either stream. The host optimizer step is not part
+of an iteration (`labkit.sim.pipelines.global_batch_time` adds it per global batch).
+
+`analytic_profile` (in `labkit.sim.atom_profile_model`) derives a profile from a model shape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from itertools import accumulate, pairwise
+
+from labkit.config import ConfigError
+from labkit.plan.atom_profile import LayerCost, check_profile
+from labkit.sim.atom_profile_model import GPT3, analytic_profile
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """One busy span of one stream. unit: ATOM's sub-model (0-based) or a pipeline's stage
+    (compute) or link stage -> stage + 1 (send); phase: the pass it serves (a load: the pass its
+    sub-model is loaded for); batch: ATOM's iteration or a pipeline's microbatch."""
+
+    kind: str
+    device: int
+    unit: int
+    phase: str
+    batch: int
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """A simulated schedule and what Figures 14-15 read from it, over its steady-state `window`.
+
+    per_minibatch_s: wall seconds per minibatch of the whole schedule (ATOM: one device; a
+    pipeline: all its devices); gpu_s_per_minibatch: the seed's "per result GPU time",
+    per_minibatch_s x devices; utilization: per device, compute-busy seconds inside the window /
+    its length; memory: ATOM only, (time, device bytes) after every change."""
+
+    schedule: str
+    intervals: tuple[Interval, ...]
+    devices: int
+    window: tuple[float, float]
+    minibatches: int
+    makespan_s: float
+    per_minibatch_s: float
+    utilization: tuple[float, ...]
+    memory: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def gpu_s_per_minibatch(self) -> float:
+        return self.per_minibatch_s * self.devices
+
+    @property
+    def mean_utilization(self) -> float:
+        return sum(self.utilization) / self.devices
+
+    @property
+    def peak_memory(self) -> float:
+        return max((bytes_ for _, bytes_ in self.memory), default=0.0)
+
+
+def summarize(schedule: str, intervals: Sequence[Interval], devices: int, window: tuple[float, float],
+              minibatches: int) -> Timeline:
+    """A `Timeline` whose per-minibatch time and utilization are taken over `window`, in which
+    `minibatches` minibatches complete."""
+    lo, hi = window
+    span = hi - lo
+    busy = [0.0] * devices
+    for iv in intervals:
+        if iv.kind == "compute":
+            busy[iv.device] += max(0.0, min(iv.end, hi) - max(iv.start, lo))
+    return Timeline(schedule=schedule, intervals=tuple(intervals), devices=devices, window=window,
+                    minibatches=minibatches, makespan_s=max((iv.end for iv in intervals), default=0.0),
+                    per_minibatch_s=span / minibatches, utilization=tuple(b / span for b in busy))
+
+
+def check_sizes(sizes: Sequence[int], n_layers: int, owner: str = "atom_timeline") -> tuple[int, ...]:
+    """`sizes` as a tuple of layer counts >= 1 that cover the `n_layers` layers exactly."""
+    out = tuple(sizes)
+    if not out or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in out) or sum(out) != n_layers:
+        raise ConfigError(owner, "sizes", out, f"layer counts >= 1 summing to the profile's {n_layers} layers")
+    return out
+
+
+def layer_groups(layers: Sequence[LayerCost], sizes: Sequence[int]) -> list[tuple[LayerCost, ...]]:
+    """The layers of each sub-model (or stage): `sizes[k]` consecutive layers each."""
+    bounds = list(accumulate(sizes, initial=0))
+    return [tuple(layers[a:b]) for a, b in pairwise(bounds)]
+
+
+def submodel_bytes(profile: Sequence[LayerCost], sizes: Sequence[int]) -> tuple[float, ...]:
+    """Device bytes each sub-model holds while resident: the sum of its layers' `memory`."""
+    layers = check_profile(profile)
+    return tuple(sum(x.memory for x in g) for g in layer_groups(layers, check_sizes(sizes, len(layers))))
+
+
+def stash_bytes(profile: Sequence[LayerCost], accumulation: int) -> float:
+    """What the C minibatches in flight keep on the device from forward to backward: every layer's
+    input (the previous layer's `out_bytes`), the rest being recomputed (activation checkpointing,
+    as `analytic_profile` assumes by default)."""
+    return accumulation * sum(x.out_bytes for x in check_profile(profile)[:-1])
+
+
+def _runs(n_sub: int, iterations: int) -> list[tuple[int, list[tuple[int, str]]]]:
+    """The compute order as runs of one sub-model: (sub-model, [(iteration, phase), ...])."""
+    runs: list[tuple[int, list[tuple[int, str]]]] = []
+    for it in range(iterations):
+        for k, phase in [(k, "fwd") for k in range(n_sub)] + [(k, "bwd") for k in reversed(range(n_sub))]:
+            if runs and runs[-1][0] == k:
+                runs[-1][1].append((it, phase))
+            else:
+                runs.append((k, [(it, phase)]))
+    return runs
+
+
+def atom_timeline(profile: Sequence[LayerCost], sizes: Sequence[int], accumulation: int, *,
+                  budget_bytes: float = math.inf, iterations: int = 3) -> Timeline:
+    """`iterations` training iterations of one ATOM device, each C = `accumulation` minibatches.
+
+    The window is the last iteration (end of one iteration's last backward to the next's), the
+    steady state once the cold start (loading sub-model 1 into an empty device) is behind; with
+    iterations = 1 it is the whole run. Raises when one sub-model and the stash exceed
+    `budget_bytes`."""
+    layers = check_profile(profile)
+    sizes = check_sizes(sizes, len(layers))
+    for name, value in (("accumulation", accumulation), ("iterations", iterations)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError("atom_timeline", name, value, "an integer >= 1")
+    groups = layer_groups(layers, sizes)
+    seconds = {"fwd": [accumulation * sum(x.fwd_s for x in g) for g in groups],
+               "bwd": [accumulation * sum(x.bwd_s for x in g) for g in groups]}
+    load = [sum(x.load_s for x in g) for g in groups]
+    mem = submodel_bytes(layers, sizes)
+    stash = stash_bytes(layers, accumulation)
+    if max(mem) + stash > budget_bytes:
+        raise ConfigError("atom_timeline", "budget_bytes", budget_bytes,
+                          f"at least the largest sub-model plus the stash ({max(mem) + stash:.4g} bytes)")
+    runs = _runs(len(groups), iterations)
+    first, (it0, phase0) = runs[0][0], runs[0][1][0]
+    intervals = [Interval("load", 0, first, phase0, it0, 0.0, load[first])]
+    used = stash + mem[first]
+    memory = [(0.0, used)]
+    free_at = load_free = load[first]
+    iteration_end: list[float] = []
+    for r, (k, steps) in enumerate(runs):
+        start = t = max(free_at, load_free)  # the last load issued is this run's sub-model
+        for it, phase in steps:
+            intervals.append(Interval("compute", 0, k, phase, it, t, t + seconds[phase][k]))
+            t += seconds[phase][k]
+            if phase == "bwd" and k == 0:
+                iteration_end.append(t)
+        free_at = t
+        if r + 1 == len(runs):
+            break
+        nxt, (it_n, phase_n) = runs[r + 1][0], runs[r + 1][1][0]
+        if used + mem[nxt] <= budget_bytes:  # prefetch beside the current sub-model
+            load_start = max(start, load_free)
+            memory.append((load_start, used + mem[nxt]))
+            memory.append((t, used + mem[nxt] - mem[k]))
+        else:  # no room: wait for the current run to end and swap it out first
+            load_start = max(t, load_free)
+            memory.append((t, used - mem[k]))
+            memory.append((load_start, used - mem[k] + mem[nxt]))
+        used += mem[nxt] - mem[k]
+        load_free = load_start + load[nxt]
+        intervals.append(Interval("load", 0, nxt, phase_n, it_n, load_start, load_free))
+    window = (iteration_end[-2], iteration_end[-1]) if iterations > 1 else (0.0, iteration_end[-1])
+    return replace(summarize("atom", intervals, 1, window, accumulation), memory=tuple(memory))
+
+
+__all__ = ["GPT3", "Interval", "Timeline", "analytic_profile", "atom_timeline", "check_sizes", "layer_groups",
+           "stash_bytes", "submodel_bytes", "summarize"]
