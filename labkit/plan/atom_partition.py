@@ -178,8 +178,9 @@ def partition(profile: Sequence[LayerCost], budget_bytes: float, accumulation: i
     found = _chain(seg, (0.0, 0), join)
     if found is None:
         raise _overlap_error(seg, c, sum(x.memory for x in layers))
-    (cut_bytes, _), spans = found
+    _, spans = found
     sums = [seg(span) for span in spans]
+    cut_bytes = math.fsum(layers[e - 1].out_bytes for _, e in spans[:-1])  # the order-free sum
     return Partition(
         sizes=tuple(e - s for s, e in spans), cut_bytes=cut_bytes, memory=tuple(x[0] for x in sums),
         compute_s=tuple(x[1] + x[2] for x in sums), load_s=tuple(x[3] for x in sums),

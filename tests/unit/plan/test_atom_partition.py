@@ -67,7 +67,7 @@ def assert_feasible(layers: list[LayerCost], budget: float, got: Partition) -> N
     for p, q in itertools.pairwise(parts):
         assert c * sum(x.fwd_s for x in p) >= sum(x.load_s for x in q)
         assert c * sum(x.bwd_s for x in q) >= sum(x.load_s for x in p)
-    assert got.cut_bytes == sum(p[-1].out_bytes for p in parts[:-1])
+    assert got.cut_bytes == math.fsum(p[-1].out_bytes for p in parts[:-1])
 
 
 @settings(max_examples=500, deadline=None)
