@@ -179,6 +179,34 @@ class SyncConfig:
         _check(self.inner_state in INNER_STATES, o, "inner_state", self.inner_state, f"one of {list(INNER_STATES)}")
 
 
+EXECUTORS = ("swarm", "atom")
+ATOM_DEVICES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AtomConfig:
+    """ATOM (seed 004): whole-model replicas, each swapping sub-models through a device budget.
+
+    Replicas draw microbatches of the step; when together they have processed the global batch
+    they average their gradients and all take the same optimizer step.
+    """
+
+    replicas: int = 2  # whole-model replicas training side by side
+    budget_mb: float | None = None  # device memory for sub-models and activations, in MB; None = the least that works
+    accumulation: int = 2  # C: microbatches each replica runs forward before backward (hides loading)
+    device: str = "cpu"  # where sub-models compute: "cpu" or "cuda" (the host holds the master copy)
+    prefetch: bool = True  # load the next sub-model while the current one computes
+
+    def __post_init__(self) -> None:
+        o = "AtomConfig"
+        _check(_is_int(self.replicas) and self.replicas >= 1, o, "replicas", self.replicas, "an integer >= 1")
+        _check(self.budget_mb is None or (_is_number(self.budget_mb) and self.budget_mb > 0), o, "budget_mb",
+               self.budget_mb, "None (the least budget that fits) or a finite number of MB > 0")
+        _check(_is_int(self.accumulation) and self.accumulation >= 1, o, "accumulation", self.accumulation, "an integer >= 1")
+        _check(self.device in ATOM_DEVICES, o, "device", self.device, f"one of {list(ATOM_DEVICES)}")
+        _check(isinstance(self.prefetch, bool), o, "prefetch", self.prefetch, "True or False")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunConfig:
     """One SWARM training run: model, data, swarm shape, batch, optimizer and run length.
@@ -212,6 +240,8 @@ class RunConfig:
     eval_batches: int = 4  # microbatches of validation data per evaluation
     seed: int = 0  # seeds parameters, data order and trainers
     threads: int = 1  # torch intra-op threads (process-wide); peers already run in parallel; 0 = torch default
+    executor: str = "swarm"  # "swarm" (a pipeline of stages) or "atom" (whole-model replicas swapping sub-models)
+    atom: AtomConfig = field(default_factory=AtomConfig)  # the ATOM executor's replicas, budget and C
 
     def __post_init__(self) -> None:
         o = "RunConfig"
@@ -267,6 +297,10 @@ class RunConfig:
         _check(_is_int(self.seed) and 0 <= self.seed < 2**32, o, "seed", self.seed,
                "an integer >= 0 and < 2^32 (it is mixed into torch's 64-bit seeds)")
         _check(_is_int(self.threads) and self.threads >= 0, o, "threads", self.threads, "an integer >= 0")
+        _check(self.executor in EXECUTORS, o, "executor", self.executor, f"one of {list(EXECUTORS)}")
+        _check(isinstance(self.atom, AtomConfig), o, "atom", self.atom, "an AtomConfig")
+        _check(self.executor != "atom" or not self.model.share_layers, o, "executor", self.executor,
+               "'swarm' when model.share_layers is set (ATOM swaps the blocks of a whole model, none shared)")
         if self.layer_split is None:
             object.__setattr__(self, "layer_split", even_split(self.model.n_layer, self.stages))
 
@@ -290,7 +324,7 @@ class RunConfig:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, (ModelConfig, DataConfig, SyncConfig, CompressionConfig)):
+            if isinstance(value, (ModelConfig, DataConfig, SyncConfig, CompressionConfig, AtomConfig)):
                 value = {g.name: getattr(value, g.name) for g in fields(value)}
             elif isinstance(value, tuple):
                 value = list(value)
@@ -300,7 +334,8 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         """Inverse of `to_dict`."""
-        nested = {"model": ModelConfig, "data": DataConfig, "compression": CompressionConfig, "sync": SyncConfig}
+        nested = {"model": ModelConfig, "data": DataConfig, "compression": CompressionConfig, "sync": SyncConfig,
+                  "atom": AtomConfig}
         return cls(**{k: nested[k](**v) if k in nested and isinstance(v, dict) else v for k, v in data.items()})
 
 

@@ -57,6 +57,14 @@ def sync(t: float, *, step: int, stage: int, kind: str, peers: int, nbytes: int)
     return {"type": "sync", "t": t, "step": step, "stage": stage, "kind": kind, "peers": peers, "bytes": int(nbytes)}
 
 
+def swap(t: float, *, replica: str, submodel: int, phase: str, load_start: float | None, load_end: float | None,
+         compute_start: float, compute_end: float) -> Event:
+    """One ATOM sub-model's turn on a replica's device: its load host -> device (None when it was
+    still resident) and its compute, in seconds of the run (seed 004's Figure 12 timeline)."""
+    return {"type": "swap", "t": t, "replica": replica, "submodel": submodel, "phase": phase, "load_start": load_start,
+            "load_end": load_end, "compute_start": compute_start, "compute_end": compute_end}
+
+
 def hop_line(e: Event) -> str:
     """One hop as a line of the opt-in trace, e.g. `t0 → s1p0 forward 12.3 KB 4.1 ms`."""
     return f"{e['trainer']} → {e['peer']} {e['direction']} {e['bytes'] / 1000:.1f} KB {e['seconds'] * 1000:.1f} ms"

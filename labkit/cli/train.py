@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from labkit.cli.args import int_in, out_dir
-from labkit.config import (INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES, ConfigError, DataConfig,
-                           ModelConfig, RunConfig, SyncConfig)
+from labkit.config import (ATOM_DEVICES, EXECUTORS, INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES,
+                           AtomConfig, ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig)
 
 if TYPE_CHECKING:
     from labkit.runtime.handle import RunHandle
@@ -41,7 +41,7 @@ def _peers(text: str) -> int | tuple[int, ...]:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `train` sub-command and its flags."""
     defaults = RunConfig()
-    p = sub.add_parser("train", help="train a GPT with SWARM parallelism (in-process peers and trainers)",
+    p = sub.add_parser("train", help="train a GPT with SWARM parallelism, or with ATOM's swapping replicas (--executor atom)",
                        description="Train a GPT with SWARM parallelism. With no flags: the nano model on the Python "
                                    "standard library's source, 2 stages x 2 peers, about a minute on 2 CPU cores.")
     p.add_argument("--size", choices=sorted(MODEL_SIZES), default="nano", help="model size (default nano)")
@@ -72,6 +72,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-every", type=int, default=defaults.eval_every, help="steps between validation losses")
     p.add_argument("--activation-checkpointing", action="store_true", help="peers recompute activations in backward")
     p.add_argument("--seed", type=int, default=defaults.seed, help="seed of parameters and data order")
+    atom = defaults.atom
+    p.add_argument("--executor", choices=EXECUTORS, default=defaults.executor,
+                   help="swarm: a pipeline of stages; atom: whole-model replicas swapping sub-models (seed 004)")
+    p.add_argument("--replicas", type=int, default=atom.replicas, help="atom: whole-model replicas")
+    p.add_argument("--budget-mb", type=float, default=atom.budget_mb,
+                   help="atom: device memory per replica in MB (default: the least in which two neighbouring layers fit)")
+    p.add_argument("--accumulation", type=int, default=atom.accumulation,
+                   help="atom: C, microbatches run forward before backward")
+    p.add_argument("--device", choices=ATOM_DEVICES, default=atom.device, help="atom: where sub-models compute")
+    p.add_argument("--no-prefetch", action="store_true", help="atom: load each sub-model only when it is needed")
     p.add_argument("--threads", type=int, default=defaults.threads, help="torch threads (0: torch's default)")
     p.add_argument("--plan", type=Path, default=None, metavar="PLAN_JSON",
                    help="follow a plan from `labkit plan`: its stages, devices as peers (at most --max-peers each) and layer split")
@@ -101,6 +111,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         seed=args.seed, threads=args.threads, rebalance_period=args.rebalance_period,
         sync=SyncConfig(mode=args.sync, inner_steps=args.inner_steps, outer_lr=args.outer_lr,
                         outer_momentum=args.outer_momentum, inner_state=args.inner_state),
+        executor=args.executor,
+        atom=AtomConfig(replicas=args.replicas, budget_mb=args.budget_mb, accumulation=args.accumulation,
+                        device=args.device, prefetch=not args.no_prefetch),
     )
 
 
@@ -164,8 +177,10 @@ def run_train(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"labkit train: error: {exc}", file=sys.stderr)
         return 2
-    print(f"labkit: {cfg.model.size} model ({cfg.model.num_params():,} parameters), {cfg.stages} stages x "
-          f"{list(cfg.peers_per_stage)} peers, split {list(cfg.layer_split)}, {cfg.steps} steps -> {run_dir}")
+    shape = (f"ATOM, {cfg.atom.replicas} replicas on {cfg.atom.device}, C={cfg.atom.accumulation}"
+             if cfg.executor == "atom" else
+             f"{cfg.stages} stages x {list(cfg.peers_per_stage)} peers, split {list(cfg.layer_split)}")
+    print(f"labkit: {cfg.model.size} model ({cfg.model.num_params():,} parameters), {shape}, {cfg.steps} steps -> {run_dir}")
     events = run.events.subscribe()
     dashboard = run.dashboard()
     if dashboard:
@@ -189,6 +204,10 @@ def run_train(args: argparse.Namespace) -> int:
                 bar.update(event["step"] - bar.n)
             elif event["type"] == "eval":
                 tqdm.write(f"step {event['step']:>5}  validation loss {event['val_loss']:.4f}")
+            elif event["type"] == "setting" and event["name"] == "atom_partition":
+                v = event["value"]
+                tqdm.write(f"atom: sub-models of {v['sizes']} layers in a budget of {v['budget_bytes'] / 1e6:.2f} MB "
+                           f"(the whole model's parameters and gradients: {v['model_bytes'] / 1e6:.2f} MB)")
             elif event["type"] == "run" and event["state"] in ("paused", "resumed", "failed"):
                 tqdm.write(f"run {event['state']}: {event['reason']}")
     except KeyboardInterrupt:

@@ -156,28 +156,26 @@ def _check_args(budget_bytes: float, accumulation: int) -> None:
         raise ConfigError("partition", "accumulation", accumulation, "an integer >= 1")
 
 
-def partition(profile: Sequence[LayerCost], budget_bytes: float, accumulation: int = 1) -> Partition:
+def partition(profile: Sequence[LayerCost], budget_bytes: float, accumulation: int = 1,
+              together: bool = False) -> Partition:
     """The feasible partition with the fewest bytes crossing cuts (exact), or NoFeasiblePartition
-    saying which constraint binds and what would lift it."""
+    saying which constraint binds and what would lift it. together: adjacent sub-models must fit
+    the budget side by side (a swap executor that loads the next while the current computes)."""
     layers = check_profile(profile)
     _check_args(budget_bytes, accumulation)
     c = int(accumulation)
-    biggest = max(layers, key=lambda x: x.memory)
-    if biggest.memory > budget_bytes:
-        raise NoFeasiblePartition(
-            f"layer {biggest.name!r} needs {_bytes(biggest.memory)} alone, above the budget of "
-            f"{_bytes(budget_bytes)}; raise the budget to >= {_bytes(biggest.memory)}", "memory", None)
+    _check_memory(layers, budget_bytes, together)
     seg = _Segments(layers, budget_bytes)
 
     def join(a: Span, b: Span, rest: tuple) -> tuple | None:
-        (_, fwd_a, _, load_a), (_, _, bwd_b, load_b) = seg(a), seg(b)
-        if c * fwd_a < load_b or c * bwd_b < load_a:
+        (mem_a, fwd_a, _, load_a), (mem_b, _, bwd_b, load_b) = seg(a), seg(b)
+        if c * fwd_a < load_b or c * bwd_b < load_a or (together and mem_a + mem_b > budget_bytes):
             return None
         return rest[0] + layers[a[1] - 1].out_bytes, rest[1] + 1
 
     found = _chain(seg, (0.0, 0), join)
     if found is None:
-        raise _overlap_error(seg, c, sum(x.memory for x in layers))
+        raise _overlap_error(seg, c, sum(x.memory for x in layers), budget_bytes if together else math.inf)
     _, spans = found
     sums = [seg(span) for span in spans]
     cut_bytes = math.fsum(layers[e - 1].out_bytes for _, e in spans[:-1])  # the order-free sum
@@ -187,15 +185,55 @@ def partition(profile: Sequence[LayerCost], budget_bytes: float, accumulation: i
         accumulation=c, evaluated=seg.evaluated)
 
 
-def _overlap_error(seg: _Segments, c: int, whole_bytes: float) -> NoFeasiblePartition:
-    """Every layer fits but no partition overlaps at C: find the partition that needs the least C
-    (min over partitions of the max over adjacent pairs) and name its tightest pair."""
+def _check_memory(layers: tuple[LayerCost, ...], budget: float, together: bool) -> None:
+    """Raise the memory error when no partition fits, overlap aside: a layer alone is over the
+    budget, or (together) the whole model is and so is some pair of neighbouring layers, which
+    every partition of two or more sub-models holds within one sub-model or across one cut."""
+    biggest = max(layers, key=lambda x: x.memory)
+    if biggest.memory > budget:
+        raise NoFeasiblePartition(
+            f"layer {biggest.name!r} needs {_bytes(biggest.memory)} alone, above the budget of "
+            f"{_bytes(budget)}; raise the budget to >= {_bytes(biggest.memory)}", "memory", None)
+    if not together or math.fsum(x.memory for x in layers) <= budget:
+        return
+    a, b = max(itertools.pairwise(layers), key=lambda pair: pair[0].memory + pair[1].memory)
+    need = a.memory + b.memory
+    if need > budget:
+        raise NoFeasiblePartition(
+            f"layers {a.name!r} and {b.name!r} need {_bytes(need)} side by side (one computes while the next "
+            f"loads), above the budget of {_bytes(budget)}; raise the budget to >= {_bytes(need)}", "memory", None)
 
-    def join(a: Span, b: Span, rest: tuple) -> tuple:
+
+def least_budget(profile: Sequence[LayerCost], accumulation: int = 1, together: bool = True) -> float:
+    """The smallest budget at which `partition` finds a partition: a binary search over the sums
+    of contiguous runs of layers (the only values a sub-model, or two neighbours, can need).
+    The whole model as one sub-model always qualifies, so there always is one."""
+    layers = check_profile(profile)
+    _check_args(1, accumulation)
+    prefix = list(itertools.accumulate((x.memory for x in layers), initial=0.0))
+    candidates = sorted({prefix[e] - prefix[s] for s in range(len(layers)) for e in range(s + 1, len(layers) + 1)})
+    low, high = 0, len(candidates) - 1
+    while low < high:
+        mid = (low + high) // 2
+        try:
+            partition(layers, candidates[mid], accumulation, together)
+            high = mid
+        except NoFeasiblePartition:
+            low = mid + 1
+    return candidates[low]
+
+
+def _overlap_error(seg: _Segments, c: int, whole_bytes: float, pair_budget: float) -> NoFeasiblePartition:
+    """Memory allows a partition but none overlaps at C: find the partition that needs the least
+    C (min over partitions of the max over adjacent pairs) and name its tightest pair."""
+
+    def join(a: Span, b: Span, rest: tuple) -> tuple | None:
+        if seg(a)[0] + seg(b)[0] > pair_budget:
+            return None
         return (max(*_pair_need(seg, a, b), rest[0]),)
 
     found = _chain(seg, (1,), join)
-    assert found is not None  # one layer per sub-model always fits the budget
+    assert found is not None  # one layer per sub-model fits (side by side too: `_check_memory` said so)
     (least,), spans = found
     needs = [_pair_need(seg, a, b) for a, b in itertools.pairwise(spans)]
     k = max(range(len(needs)), key=lambda i: (max(needs[i]), -i))  # the first tightest pair

@@ -17,6 +17,7 @@ BACKENDS = {
     "inprocess": "labkit.backends.inprocess:launch",
     "dask": "labkit.backends.dask:launch",
 }
+ATOM_BACKENDS = {"inprocess": "labkit.runtime.atom.run:launch"}  # ATOM's replicas (config.executor="atom")
 
 
 def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | None = None, host: str = "127.0.0.1",
@@ -43,5 +44,9 @@ def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | No
     elif scheduler is not None:
         raise ValueError(f"scheduler={scheduler!r} is not allowed with backend='inprocess': "
                          f"a scheduler address needs backend='dask'")
-    module, name = BACKENDS[backend].split(":")
+    if config.executor == "atom":
+        if backend not in ATOM_BACKENDS:
+            raise ValueError(f"backend={backend!r} is not allowed with executor='atom': one of {list(ATOM_BACKENDS)} "
+                             f"(ATOM's replicas run as threads of this process for now)")
+    module, name = (ATOM_BACKENDS if config.executor == "atom" else BACKENDS)[backend].split(":")
     return getattr(importlib.import_module(module), name)(config, **options)

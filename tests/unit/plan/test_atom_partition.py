@@ -15,17 +15,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit.config import ConfigError
-from labkit.plan.atom_partition import NoFeasiblePartition, Partition, partition
+from labkit.plan.atom_partition import NoFeasiblePartition, Partition, least_budget, partition
 from labkit.plan.atom_profile import KINDS, LayerCost
 
 
-def brute_force(layers: list[LayerCost], budget: float, c: int) -> tuple[float, int, tuple[int, ...]] | None:
+def brute_force(layers: list[LayerCost], budget: float, c: int, together: bool = False) -> tuple[float, int, tuple[int, ...]] | None:
     """(cut bytes, sub-models, sizes) of the best of all 2^(n-1) compositions, None if none is feasible."""
     n, best = len(layers), None
     for mask in range(2 ** (n - 1)):
         cuts = [i + 1 for i in range(n - 1) if mask >> i & 1]
         parts = [layers[a:b] for a, b in itertools.pairwise([0, *cuts, n])]
         if any(sum(x.memory for x in p) > budget for p in parts):
+            continue
+        if together and any(sum(x.memory for x in p + q) > budget for p, q in itertools.pairwise(parts)):
             continue
         if not all(c * sum(x.fwd_s for x in p) >= sum(x.load_s for x in q)
                    and c * sum(x.bwd_s for x in q) >= sum(x.load_s for x in p)
@@ -71,24 +73,26 @@ def assert_feasible(layers: list[LayerCost], budget: float, got: Partition) -> N
 
 
 @settings(max_examples=500, deadline=None)
-@given(profiles(), st.integers(1, 40), st.integers(1, 4))
-def test_search_matches_brute_force(layers: list[LayerCost], budget: int, c: int) -> None:
-    want = brute_force(layers, budget, c)
+@given(profiles(), st.integers(1, 40), st.integers(1, 4), st.booleans())
+def test_search_matches_brute_force(layers: list[LayerCost], budget: int, c: int, together: bool) -> None:
+    want = brute_force(layers, budget, c, together)
     if want is None:
         with pytest.raises(NoFeasiblePartition) as err:
-            partition(layers, budget, c)
+            partition(layers, budget, c, together)
         least = err.value.least_accumulation
-        if err.value.constraint == "memory":
-            assert max(x.memory for x in layers) > budget and least is None
+        if err.value.constraint == "memory":  # no C helps: memory alone rules every partition out
+            assert brute_force(layers, budget, 10**6, together) is None and least is None
         elif least is None:  # no C hides loading: not even one far above any ratio on the grid
-            assert brute_force(layers, budget, 10**6) is None
+            assert brute_force(layers, budget, 10**6, together) is None
         else:
-            assert least > c and brute_force(layers, budget, least) is not None
-            assert brute_force(layers, budget, least - 1) is None
+            assert least > c and brute_force(layers, budget, least, together) is not None
+            assert brute_force(layers, budget, least - 1, together) is None
         return
-    got = partition(layers, budget, c)
+    got = partition(layers, budget, c, together)
     assert (got.cut_bytes, len(got.sizes), got.sizes) == want
     assert_feasible(layers, budget, got)
+    if together:
+        assert all(a + b <= budget for a, b in itertools.pairwise(got.memory))
 
 
 @settings(max_examples=100, deadline=None)
@@ -108,6 +112,18 @@ def test_a_layer_over_the_budget_is_named() -> None:
     layers = [layer("embed", "embed", 0.4e9), layer("block3", memory=1.2e9), layer("head", "head", 0.3e9)]
     with pytest.raises(NoFeasiblePartition, match=r"layer 'block3' needs 1.2 GB alone, above the budget of 1 GB"):
         partition(layers, 1e9)
+
+
+def test_side_by_side_the_heaviest_neighbours_are_named() -> None:
+    """Each layer fits alone and the cheapest cut is between them, but the executor holds the
+    current sub-model and the next together: then the pair over the budget is what binds."""
+    layers = [layer("embed", "embed", 3), layer("block0", memory=6), layer("block1", memory=5), layer("head", "head", 2)]
+    assert partition(layers, 8).sizes == (1, 1, 2)
+    with pytest.raises(NoFeasiblePartition, match=r"layers 'block0' and 'block1' need 11 B side by side .* "
+                                                  r"raise the budget to >= 11 B") as err:
+        partition(layers, 8, together=True)
+    assert err.value.constraint == "memory"
+    assert partition(layers, 11, together=True).sizes == (1, 1, 1, 1)
 
 
 def test_forward_overlap_binds_at_c1_and_the_error_asks_for_c2() -> None:
@@ -192,3 +208,11 @@ def test_bad_arguments_name_the_field(budget: object, c: object, field: str) -> 
 def test_an_empty_profile_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"profile\.layers=\[\] is not allowed: at least one LayerCost"):
         partition([], 10)
+
+
+@settings(max_examples=200, deadline=None)
+@given(profiles(), st.integers(1, 4), st.booleans())
+def test_least_budget_is_the_smallest_that_finds_a_partition(layers: list[LayerCost], c: int, together: bool) -> None:
+    least = least_budget(layers, c, together)
+    assert brute_force(layers, least, c, together) is not None
+    assert brute_force(layers, least - 1, c, together) is None  # memory sums are whole bytes here

@@ -1,0 +1,212 @@
+"""The ATOM run behind the one run handle: profile the model, search a partition that fits the
+device budget, start the replicas, and leave the same record a SWARM run leaves.
+
+Verbs that make sense for whole-model replicas work (state, stop, kill_peer and add_peer on
+replicas, peer_state, snapshot and checkpoint, wait and wait_for); the stage verbs raise one
+error saying why. A checkpoint holds one stage, the whole model, so a one-stage SWARM run (or
+another ATOM run) resumes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from labkit import events
+from labkit.config import RunConfig
+from labkit.data import WindowSampler, load_corpus
+from labkit.model import build_stage, init_full_state
+from labkit.plan.atom_partition import least_budget, partition
+from labkit.plan.atom_profile import LayerCost
+from labkit.runtime.atom.profile import flow_bytes, measure_profile
+from labkit.runtime.atom.replicas import AtomReplicas
+from labkit.runtime.checkpoint import load_checkpoint
+from labkit.runtime.evaluate import Validation
+from labkit.runtime.files import write_json
+from labkit.runtime.handle import RunHandle, Snapshot, open_record
+from labkit.runtime.totals import RunTotals
+
+WHY_NOT = {
+    "move_peer": "every replica holds the whole model: there is no stage to move it to",
+    "rebalance": "every replica holds the whole model: there are no stages to balance",
+    "set_layer_split": "sub-models are cut by the partition search, not by a layer split",
+    "set_peer_delay": "replicas take work at their own pace: a slow one simply processes fewer microbatches",
+    "set_compression": "replicas send nothing between layers: there is no wire codec",
+    "set_sync": "replicas always average at the global batch (ATOM's rule)",
+}
+
+
+def device_budget(cfg: RunConfig, profile: tuple[LayerCost, ...]) -> tuple[int, int]:
+    """(the device budget in bytes, the part of it left for sub-models after the activations in
+    flight): `budget_mb`, or the least budget in which some partition works at this C."""
+    flow = int(flow_bytes(profile, cfg.atom.accumulation))
+    if cfg.atom.budget_mb is None:
+        least = math.ceil(least_budget(profile, cfg.atom.accumulation))
+        return flow + least, least
+    budget = int(cfg.atom.budget_mb * 1e6)
+    if budget <= flow:
+        raise ValueError(f"atom.budget_mb={cfg.atom.budget_mb} is not allowed: the activations in flight alone "
+                         f"need {flow / 1e6:.3f} MB at accumulation={cfg.atom.accumulation} and microbatch="
+                         f"{cfg.microbatch}; give more than that, plus room for sub-models")
+    return budget, budget - flow
+
+
+class AtomRun(RunHandle):
+    """A live ATOM run whose replicas are threads of this process."""
+
+    def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
+                 trace: bool = False) -> None:
+        self._resume = None if resume is None else load_checkpoint(resume, cfg.replace(stages=1))
+        self.config = cfg
+        self.run_dir, self.events = open_record(cfg, run_dir, trace)
+        self._totals = RunTotals(1)
+        self.events.listeners.append(self._totals.add)
+        self._replicas: AtomReplicas | None = None
+        self._ready, self._done = threading.Event(), threading.Event()
+        self._summary: dict[str, Any] = {}
+        self._snapshots: list[Future] = []
+        self._lock = threading.Lock()
+        self._started = time.perf_counter()
+        threading.Thread(target=self._main, name="atom-run", daemon=True).start()
+
+    def _clock(self) -> float:
+        return time.perf_counter() - self._started
+
+    def _main(self) -> None:
+        cfg = self.config
+        try:
+            corpus = load_corpus(cfg.data)
+            resume = self._resume
+            params = resume["stages"][0]["params"] if resume else init_full_state(cfg.model, cfg.seed)
+            profile = measure_profile(build_stage(cfg.model, 0, cfg.model.n_layer, params), cfg.atom.device,
+                                      cfg.microbatch)
+            budget, for_submodels = device_budget(cfg, profile)
+            plan = partition(profile, for_submodels, cfg.atom.accumulation, together=True)
+            self.events.emit(events.setting(self._clock(), name="atom_partition", value={
+                "sizes": list(plan.sizes), "budget_bytes": budget, "model_bytes": int(sum(x.memory for x in profile)),
+                "layers": [layer.name for layer in profile]}))
+            sampler = WindowSampler(corpus.train, cfg.model.seq_len, cfg.seed)
+            replicas = AtomReplicas(cfg, sampler, self.events.emit, self._clock, params, plan.sizes, budget,
+                                    step=resume["step"] if resume else 0)
+            if resume and resume["stages"][0]["optimizer"] is not None:
+                for replica in replicas.live():
+                    replica.optimizer.load_state_dict(copy.deepcopy(resume["stages"][0]["optimizer"]))
+            self._evaluate = Validation(corpus.val)
+            replicas.step_hooks.append(self._on_step)
+            self._replicas = replicas
+            self._ready.set()
+            self.events.emit(events.run(self._clock(), state="started", reason=corpus.describe()))
+            self._eval(replicas)
+            replicas.start()
+            while not replicas.stopping:
+                with replicas.cond:
+                    replicas.cond.wait(timeout=0.2)
+            self._finish(replicas, corpus.describe())
+        except Exception as exc:
+            self._summary = {"status": "failed", **self._totals.summary(None), "error": f"{type(exc).__name__}: {exc}"}
+            self.events.emit(events.run(self._clock(), state="failed", reason=self._summary["error"]))
+            self._ready.set()
+        finally:
+            self.events.close()
+            self._done.set()
+
+    def _eval(self, replicas: AtomReplicas) -> None:
+        one = self.config.replace(stages=1)
+        loss = self._evaluate(one, [replicas.live()[0].model.state_dict()])
+        self.events.emit(events.evaluation(self._clock(), step=replicas.ledger.step, val_loss=loss))
+
+    def _on_step(self, step: int) -> None:
+        """Step hook (lock held): evaluate when due, and serve snapshot requests."""
+        every = self.config.eval_every
+        if (every and step % every == 0) or step == self.config.steps:
+            self._eval(self._replicas)
+        with self._lock:
+            pending, self._snapshots = self._snapshots, []
+        for future in pending:
+            future.set_result(self._capture())
+
+    def _capture(self) -> Snapshot:
+        """The committed state as a one-stage checkpoint: the whole model and its optimizer state."""
+        replica = self._replicas.live()[0]
+        state = {"params": {k: v.detach().clone() for k, v in replica.model.state_dict().items()},
+                 "optimizer": copy.deepcopy(replica.optimizer.state_dict())}
+        return Snapshot(self.config.replace(stages=1), self._replicas.ledger.step, [state])
+
+    def _finish(self, replicas: AtomReplicas, corpus: str) -> None:
+        status = ("failed" if replicas.error is not None else "diverged" if replicas.diverged
+                  else "finished" if replicas.finished.is_set() else "stopped")
+        with replicas.cond:
+            if status != "failed" and self._totals.val_step != replicas.ledger.step:
+                self._eval(replicas)
+            snapshot = self._capture()
+        ended_at = None if status == "failed" else replicas.ledger.step
+        self._summary = {"status": status, "steps": replicas.ledger.step, **self._totals.summary(ended_at),
+                         "seconds": time.perf_counter() - self._started, "corpus": corpus, "executor": "atom"}
+        if replicas.error is not None:
+            self._summary["error"] = f"{type(replicas.error).__name__}: {replicas.error}"
+        if replicas.diverged:
+            self._summary["reason"] = replicas.diverged
+        with self._lock:
+            pending, self._snapshots = self._snapshots, []
+        for future in pending:
+            future.set_result(snapshot)
+        if self.run_dir:
+            self._summary["checkpoint"] = str(snapshot.save(self.run_dir / "checkpoint.pt"))
+            write_json(self.run_dir / "summary.json", self._summary, "summary")
+        self.events.emit(events.run(self._clock(), state=status, reason=self._summary.get("error") or
+                                    self._summary.get("reason", "")))
+
+    def _replicas_or_raise(self) -> AtomReplicas:
+        self._ready.wait()
+        if self._replicas is None:
+            raise RuntimeError(f"the run failed to start: {self._summary.get('error')}")
+        return self._replicas
+
+    # -- the contract --------------------------------------------------------------------------
+    def _verb(self, name: str, *args: Any) -> Any:
+        if name in WHY_NOT:
+            raise ValueError(f"{name} is not available with executor='atom': {WHY_NOT[name]}")
+        if name == "stop":
+            if self._replicas is not None:
+                self._replicas.stop()
+            return None
+        replicas = self._replicas_or_raise()
+        if self.done:
+            raise RuntimeError(f"{name} needs a live run; this one has ended ({self._summary.get('status')})")
+        if name == "kill_peer":
+            return replicas.kill(*args)
+        if name == "add_peer":
+            if args and args[0] not in (None, 0):
+                raise ValueError(f"stage={args[0]!r} is not allowed with executor='atom': None (replicas have no stages)")
+            return replicas.add()
+        if name == "peer_state":
+            return replicas.peer_state(*args)
+        raise ValueError(f"verb={name!r} is not allowed")
+
+    def snapshot(self) -> Future:
+        future: Future = Future()
+        replicas = self._replicas_or_raise()
+        with replicas.cond:
+            if self.done or replicas.stopping:
+                future.set_result(self._capture())
+            else:
+                with self._lock:
+                    self._snapshots.append(future)
+        return future
+
+    def state(self) -> dict[str, Any]:
+        if self._replicas is None:
+            return {"status": "failed" if self.done else "starting", "step": 0, "stages": [], "executor": "atom"}
+        status = self._summary.get("status", "failed") if self.done else "running"
+        return {"status": status, "steps": self.config.steps, "executor": "atom", **self._replicas.state()}
+
+
+def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
+           trace: bool = False) -> AtomRun:
+    """Start an ATOM run with every replica a thread of this process; returns its handle at once."""
+    return AtomRun(cfg, run_dir=run_dir, resume=resume, trace=trace)

@@ -1,0 +1,76 @@
+"""An ATOM run behind the run handle: replicas that come and go while the global batch is still
+met exactly, a joiner bit-identical to the replica it copied, the same parameters as plain
+training, and one clear error for every verb that has no meaning without stages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import labkit
+from labkit.config import AtomConfig, ModelConfig, RunConfig
+from labkit.data import WindowSampler, load_corpus
+from labkit.runtime.reference import train_reference
+
+CFG = RunConfig(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), global_batch=16, microbatch=2, steps=6,
+                eval_every=0, executor="atom", atom=AtomConfig(replicas=2, accumulation=2))
+
+
+def _params(snapshot_or_state) -> dict[str, torch.Tensor]:
+    return snapshot_or_state["params"]
+
+
+def test_replicas_leave_and_join_and_the_run_equals_plain_training(tmp_path: Path) -> None:
+    run = labkit.launch(CFG.replace(atom=AtomConfig(replicas=3, accumulation=2)), run_dir=tmp_path)
+    try:
+        partition = run.wait_for(event={"type": "setting", "name": "atom_partition"}, timeout=120)["value"]
+        assert sum(partition["sizes"]) == CFG.model.n_layer + 2
+        assert partition["budget_bytes"] < partition["model_bytes"]
+        run.wait_for(step=1, timeout=120)
+        run.kill_peer("r1")
+        joined = run.add_peer()
+        run.wait_for(event={"type": "swap", "replica": joined}, timeout=120)
+        step = run.wait_for(step=run.state()["step"] + 1, timeout=120)["step"]
+        # between steps the replicas' parameters change only at the step, taken under the lock
+        a, b = run.peer_state("r0"), run.peer_state(joined)
+        assert all(torch.equal(a["params"][k], b["params"][k]) for k in a["params"]), f"after step {step}"
+        summary = run.wait(timeout=300)
+    finally:
+        run.stop()
+        run.wait(timeout=60)
+    assert summary["status"] == "finished", summary
+    steps = run.events.history("step")
+    assert [e["samples"] for e in steps] == [CFG.global_batch] * CFG.steps
+    sampler = WindowSampler(load_corpus(CFG.data).train, CFG.model.seq_len, CFG.seed)
+    reference, losses = train_reference(CFG, sampler)
+    got = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["stages"][0]["params"]
+    worst = max(float((got[k] - v).abs().max()) for k, v in reference.state_dict().items())
+    assert worst <= 1e-10, worst
+    assert [e["loss"] for e in steps] == pytest.approx(losses, rel=1e-9)
+    assert summary["val_loss_after"] < summary["val_loss_before"]
+
+
+def test_stage_verbs_are_refused_with_the_reason(tmp_path: Path) -> None:
+    run = labkit.launch(CFG.replace(steps=50), run_dir=tmp_path)
+    try:
+        run.wait_for(step=1, timeout=120)
+        with pytest.raises(ValueError, match="move_peer is not available with executor='atom': every replica"):
+            run.move_peer("r0", 1)
+        with pytest.raises(ValueError, match="set_compression is not available with executor='atom'"):
+            run.set_compression("int8")
+        with pytest.raises(ValueError, match="stage=1 is not allowed with executor='atom'"):
+            run.add_peer(1)
+        with pytest.raises(ValueError, match="peer='r9' is not allowed: one of the live replicas"):
+            run.kill_peer("r9")
+        assert run.state()["executor"] == "atom" and len(run.state()["stages"][0]["peers"]) == 2
+    finally:
+        run.stop()
+        summary = run.wait(timeout=60)
+    assert summary["status"] == "stopped"
+
+
+def test_atom_with_dask_is_one_clear_error() -> None:
+    with pytest.raises(ValueError, match="backend='dask' is not allowed with executor='atom'"):
+        labkit.launch(CFG, backend="dask")
