@@ -209,7 +209,7 @@ class AtomConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunConfig:
-    """One SWARM training run: model, data, swarm shape, batch, optimizer and run length.
+    """One training run: model, data, swarm shape (or ATOM's replicas), batch, optimizer and run length.
 
     >>> RunConfig(stages=2, peers=2, steps=50).layer_split
     (2, 2)

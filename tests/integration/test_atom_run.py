@@ -74,3 +74,15 @@ def test_stage_verbs_are_refused_with_the_reason(tmp_path: Path) -> None:
 def test_atom_with_dask_is_one_clear_error() -> None:
     with pytest.raises(ValueError, match="backend='dask' is not allowed with executor='atom'"):
         labkit.launch(CFG, backend="dask")
+
+
+def test_an_atom_checkpoint_resumes_as_one_swarm_stage_and_as_atom(tmp_path: Path) -> None:
+    first = labkit.launch(CFG.replace(steps=2), run_dir=tmp_path / "atom")
+    assert first.wait(timeout=120)["status"] == "finished"
+    checkpoint = tmp_path / "atom" / "checkpoint.pt"
+    for name, cfg in [("swarm", CFG.replace(executor="swarm", stages=1, peers=1, trainers=1, steps=3)),
+                      ("atom-again", CFG.replace(steps=3))]:
+        run = labkit.launch(cfg, run_dir=tmp_path / name, resume=checkpoint)
+        summary = run.wait(timeout=120)
+        assert summary["status"] == "finished" and summary["steps"] == 3, (name, summary)
+        assert [e["step"] for e in run.events.history("step")] == [3], name
