@@ -86,3 +86,17 @@ def test_an_atom_checkpoint_resumes_as_one_swarm_stage_and_as_atom(tmp_path: Pat
         summary = run.wait(timeout=120)
         assert summary["status"] == "finished" and summary["steps"] == 3, (name, summary)
         assert [e["step"] for e in run.events.history("step")] == [3], name
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_without_a_gpu_is_refused_at_launch() -> None:
+    with pytest.raises(ValueError, match=r"atom.device='cuda' is not allowed here: torch.cuda.is_available\(\) is False"):
+        labkit.launch(CFG.replace(atom=AtomConfig(device="cuda")))
+
+
+def test_a_budget_below_the_least_that_works_names_the_least(tmp_path: Path) -> None:
+    run = labkit.launch(CFG.replace(atom=AtomConfig(budget_mb=0.2)), run_dir=tmp_path)
+    summary = run.wait(timeout=120)
+    assert summary["status"] == "failed"
+    assert "atom.budget_mb=0.2 is not allowed" in summary["error"] and "budget_mb >= " in summary["error"]
+    assert not (tmp_path / "checkpoint.pt").exists()

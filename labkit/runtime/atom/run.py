@@ -17,6 +17,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from labkit import events
 from labkit.config import RunConfig
 from labkit.data import WindowSampler, load_corpus
@@ -45,14 +47,15 @@ def device_budget(cfg: RunConfig, profile: tuple[LayerCost, ...]) -> tuple[int, 
     """(the device budget in bytes, the part of it left for sub-models after the activations in
     flight): `budget_mb`, or the least budget in which some partition works at this C."""
     flow = int(flow_bytes(profile, cfg.atom.accumulation))
+    least = math.ceil(least_budget(profile, cfg.atom.accumulation, together=True))
     if cfg.atom.budget_mb is None:
-        least = math.ceil(least_budget(profile, cfg.atom.accumulation))
         return flow + least, least
     budget = int(cfg.atom.budget_mb * 1e6)
-    if budget <= flow:
-        raise ValueError(f"atom.budget_mb={cfg.atom.budget_mb} is not allowed: the activations in flight alone "
-                         f"need {flow / 1e6:.3f} MB at accumulation={cfg.atom.accumulation} and microbatch="
-                         f"{cfg.microbatch}; give more than that, plus room for sub-models")
+    if budget < flow + least:
+        raise ValueError(f"atom.budget_mb={cfg.atom.budget_mb} is not allowed: at accumulation={cfg.atom.accumulation} "
+                         f"and microbatch={cfg.microbatch} the activations in flight need {flow / 1e6:.3f} MB and the "
+                         f"smallest partition of this profile {least / 1e6:.3f} MB more: budget_mb >= "
+                         f"{(flow + least) / 1e6:.3f} works (or None, that least budget)")
     return budget, budget - flow
 
 
@@ -61,6 +64,9 @@ class AtomRun(RunHandle):
 
     def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
                  trace: bool = False) -> None:
+        if cfg.atom.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("atom.device='cuda' is not allowed here: torch.cuda.is_available() is False (a CPU "
+                             "build of torch, or no GPU visible); use 'cpu'")
         self._resume = None if resume is None else load_checkpoint(resume, cfg.replace(stages=1))
         self.config = cfg
         self.run_dir, self.events = open_record(cfg, run_dir, trace)
