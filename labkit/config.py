@@ -240,7 +240,7 @@ class RunConfig:
     eval_batches: int = 4  # microbatches of validation data per evaluation
     seed: int = 0  # seeds parameters, data order and trainers
     threads: int = 1  # torch intra-op threads (process-wide); peers already run in parallel; 0 = torch default
-    executor: str = "swarm"  # "swarm" (a pipeline of stages) or "atom" (whole-model replicas swapping sub-models)
+    executor: str = "swarm"  # "swarm" (a pipeline of stages) or "atom" (replicas swapping sub-models; stage fields unused)
     atom: AtomConfig = field(default_factory=AtomConfig)  # the ATOM executor's replicas, budget and C
 
     def __post_init__(self) -> None:
@@ -299,8 +299,14 @@ class RunConfig:
         _check(_is_int(self.threads) and self.threads >= 0, o, "threads", self.threads, "an integer >= 0")
         _check(self.executor in EXECUTORS, o, "executor", self.executor, f"one of {list(EXECUTORS)}")
         _check(isinstance(self.atom, AtomConfig), o, "atom", self.atom, "an AtomConfig")
-        _check(self.executor != "atom" or not self.model.share_layers, o, "executor", self.executor,
-               "'swarm' when model.share_layers is set (ATOM swaps the blocks of a whole model, none shared)")
+        if self.executor == "atom":  # whole-model replicas: no stages, so none of the stage-wise knobs
+            _check(not self.model.share_layers, o, "executor", self.executor,
+                   "'swarm' when model.share_layers is set (ATOM swaps the blocks of a whole model, none shared)")
+            _check(self.sync.mode == "allreduce", o, "sync", self.sync,
+                   "SyncConfig(mode='allreduce') with executor='atom' (replicas average at every global batch)")
+            _check(not self.delayed_updates, o, "delayed_updates", self.delayed_updates, "False with executor='atom'")
+            _check(self.compression.boundary == "none", o, "compression", self.compression,
+                   "boundary='none' with executor='atom' (no stage boundaries to compress)")
         if self.layer_split is None:
             object.__setattr__(self, "layer_split", even_split(self.model.n_layer, self.stages))
 

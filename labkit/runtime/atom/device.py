@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -44,15 +44,15 @@ class DeviceBudget:
             self.used -= nbytes
 
 
-def nbytes(tensors: Mapping[str, torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors.values())
+def nbytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of a group of tensors."""
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 @dataclass
 class Loaded:
     """A sub-model's tensors on the device, with when its copy ran (seconds of the run's clock)."""
 
-    index: int
     tensors: Tensors
     nbytes: int
     start: float
@@ -69,13 +69,13 @@ class Loader:
 
     def load(self, index: int, host: Mapping[str, torch.Tensor]) -> Future:
         """Start copying sub-model `index` now; the future resolves to its `Loaded` copy."""
-        size = nbytes(host)
+        size = nbytes(host.values())
         self.budget.take(size, f"loading sub-model {index}")
-        future = self._pool.submit(self._copy, index, dict(host), size)
+        future = self._pool.submit(self._copy, dict(host), size)
         future.add_done_callback(lambda f: self.budget.give(size) if f.exception() else None)
         return future
 
-    def _copy(self, index: int, host: Tensors, size: int) -> Loaded:
+    def _copy(self, host: Tensors, size: int) -> Loaded:
         start = self.clock()
         if self._stream is None:
             tensors = {name: t.detach().clone() for name, t in host.items()}
@@ -85,7 +85,7 @@ class Loader:
                 done = torch.cuda.Event()
                 done.record(self._stream)
             done.synchronize()
-        return Loaded(index, tensors, size, start, self.clock())
+        return Loaded(tensors, size, start, self.clock())
 
     def ready(self, future: Future) -> Loaded:
         """Wait for a load; on CUDA its tensors are then tied to the compute stream, which uses them."""

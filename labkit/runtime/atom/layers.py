@@ -1,8 +1,9 @@
 """The whole model as ATOM's layers, in the order they run: the embedding, each block, the head.
 
 A sub-model is a run of consecutive layers. Each layer's forward runs with tensors handed in (the
-device copies a swap made), never with the host module's own, so the host model stays the one
-master copy of parameters, gradients and optimizer state.
+device copies a swap made) on a `skeleton` of the model, whose own tensors are on the meta device
+and never read: the host model stays the one master copy of parameters, gradients and optimizer
+state, untouched while layers run (another thread may read it meanwhile).
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ def layer_names(model: Stage) -> list[str]:
         raise ValueError("ATOM swaps a whole model without shared layers: build it with Stage(cfg, 0, n_layer) "
                          "and share_layers=False")
     return ["embed", *(f"block{i}" for i in range(model.count)), "head"]
+
+
+def skeleton(model: Stage) -> Stage:
+    """A storage-free copy of `model`'s modules (on the meta device) to run layers on."""
+    with torch.device("meta"):
+        return Stage(model.cfg, model.first, model.count)
 
 
 def _module(model: Stage, layer: str) -> tuple[torch.nn.Module, str]:
@@ -57,7 +64,8 @@ def submodel_tensors(model: Stage, layers: Sequence[str]) -> Tensors:
 
 
 def run_layer(model: Stage, layer: str, tensors: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """`layer`'s forward on `x` with `tensors` (a device copy) in place of the host's own."""
+    """`layer`'s forward on `x` with `tensors` (a device copy, parameters and buffers) in place of
+    `model`'s own (`model`: a `skeleton`)."""
     module, prefix = _module(model, layer)
     own = {name.removeprefix(prefix): t for name, t in tensors.items() if _owns(layer, name)}
     if layer == "embed":

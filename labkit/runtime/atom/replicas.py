@@ -25,7 +25,7 @@ from labkit import events
 from labkit.config import RunConfig
 from labkit.data import WindowSampler
 from labkit.model import Stage, build_stage
-from labkit.runtime.atom.swap import SwapReplica, SwapSpan
+from labkit.runtime.atom.swap import Interrupted, SwapReplica, SwapSpan
 from labkit.runtime.optim import apply_step, make_optimizer
 from labkit.swarm.ledger import StepLedger, Task
 
@@ -61,6 +61,8 @@ class AtomReplicas:
         self.diverged: str | None = None  # why the run stopped on a non-finite step, if it did
         self.error: BaseException | None = None
         self.step_hooks: list[Callable[[int], None]] = []  # called after each step, lock held
+        self.started = False  # start() was called: a joiner's thread starts at once
+        self._boundary: threading.Thread | None = None
         self._numbers = itertools.count()
         self._scale = 1.0 / (cfg.model.seq_len * cfg.global_batch)
         for _ in range(cfg.atom.replicas):
@@ -90,9 +92,20 @@ class AtomReplicas:
         replica.thread.start()
 
     def start(self) -> None:
-        for replica in list(self.replicas.values()):
-            self._run(replica)
-        threading.Thread(target=self._boundary_loop, name="atom-boundary", daemon=True).start()
+        """Start every replica's thread and the step's; a replica added earlier starts now."""
+        with self.cond:
+            self.started = True
+            for replica in self.live():
+                self._run(replica)
+            self._boundary = threading.Thread(target=self._boundary_loop, name="atom-boundary", daemon=True)
+            self._boundary.start()
+
+    def join(self, timeout: float) -> None:
+        """Wait for the replicas' threads (their iterations interrupted by `stop`) and the step's."""
+        threads = [r.thread for r in self.replicas.values() if r.thread is not None] + [self._boundary]
+        for thread in threads:
+            if thread is not None:
+                thread.join(timeout)
 
     def live(self) -> list[Replica]:
         return [r for r in self.replicas.values() if r.alive]
@@ -106,6 +119,7 @@ class AtomReplicas:
             if len(self.live()) == 1:
                 raise ValueError(f"peer={name!r} is the last live replica: add_peer() another before it leaves")
             replica.alive = False
+            replica.swap.interrupt()
             for task in replica.tasks:  # its thread may still be computing them: they go to others now
                 self.ledger.finish(task, {})
             replica.tasks = []
@@ -121,7 +135,8 @@ class AtomReplicas:
             source = self.live()[0]
             params = {k: v.detach().clone() for k, v in source.model.state_dict().items()}
             replica = self._spawn(params, copy.deepcopy(source.optimizer.state_dict()))
-            self._run(replica)
+            if self.started:
+                self._run(replica)
             return replica.name
 
     def peer_state(self, name: str) -> dict[str, Any]:
@@ -154,6 +169,8 @@ class AtomReplicas:
                     replica.tasks = []
                     replica.samples += len(tasks) * self.cfg.microbatch
                     self.cond.notify_all()
+        except Interrupted:  # stopped or killed mid-iteration: that work is void
+            pass
         except Exception as exc:  # a bug, not a fault: stop the run loudly
             self.fail(exc)
         finally:
@@ -175,8 +192,11 @@ class AtomReplicas:
             self.cond.notify_all()
 
     def stop(self) -> None:
+        """Hand out no more work and interrupt the iterations under way."""
         with self.cond:
             self.stopping = True
+            for replica in self.replicas.values():
+                replica.swap.interrupt()
             self.cond.notify_all()
 
     # -- the global-batch step -----------------------------------------------------------------
@@ -186,7 +206,10 @@ class AtomReplicas:
                 if not self.ledger.ready():
                     self.cond.wait(timeout=0.5)
                     continue
-                self._step()
+                try:
+                    self._step()
+                except Exception as exc:  # a broken invariant ends the run loudly
+                    self.fail(exc)
                 self.cond.notify_all()
 
     def _step(self) -> None:

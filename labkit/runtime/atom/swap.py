@@ -11,8 +11,9 @@ forward. Gradients are added to the host's `.grad`; the optimizer steps on the h
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -20,8 +21,12 @@ import torch
 import torch.nn.functional as F
 
 from labkit.model import Stage
-from labkit.runtime.atom.device import DeviceBudget, Loaded, Loader
-from labkit.runtime.atom.layers import layer_names, run_submodel, submodel_tensors
+from labkit.runtime.atom.device import DeviceBudget, Loaded, Loader, nbytes
+from labkit.runtime.atom.layers import layer_names, run_submodel, skeleton, submodel_tensors
+
+
+class Interrupted(RuntimeError):
+    """`interrupt()` was called: the iteration stopped between two sub-model turns."""
 
 
 @dataclass(frozen=True)
@@ -47,18 +52,19 @@ class SwapReplica:
             raise ValueError(f"sizes={list(sizes)} is not allowed: layers per sub-model, each >= 1, summing to "
                              f"the model's {len(names)} layers ({names[0]}, ..., {names[-1]})")
         self.model, self.device, self.prefetch, self.clock = model, torch.device(device), prefetch, clock
+        self.skeleton = skeleton(model)
         self.on_span = on_span or (lambda span: None)
         bounds = [sum(sizes[:k]) for k in range(len(sizes) + 1)]
         self.submodels = [names[a:b] for a, b in zip(bounds, bounds[1:])]
+        if self.device.type == "cuda":  # pinned host memory: copies to the device run asynchronously
+            for t in [*model.parameters(), *model.buffers()]:
+                t.data = t.data.pin_memory()
         self.host = [submodel_tensors(model, layers) for layers in self.submodels]
-        if self.device.type == "cuda":
-            for p in model.parameters():
-                p.data = p.data.pin_memory()
-            self.host = [submodel_tensors(model, layers) for layers in self.submodels]
         self.budget = DeviceBudget(budget)
         self.loader = Loader(self.device, self.budget, clock)
         self._resident: dict[int, Loaded] = {}
         self._pending: dict[int, Future] = {}
+        self._interrupted = threading.Event()
 
     # -- residency -----------------------------------------------------------------------------
     def _start_load(self, k: int) -> None:
@@ -90,6 +96,17 @@ class SwapReplica:
         self.release_all()
         self.loader.close()
 
+    def interrupt(self) -> None:
+        """Stop an iteration under way at its next sub-model turn (it raises `Interrupted`); the
+        host's gradients are then partial, so the replica's work of this step is void."""
+        self._interrupted.set()
+
+    def _turn(self, k: int) -> tuple[Loaded, float | None, float | None]:
+        """Start sub-model k's turn: stop here if interrupted, else have it on the device."""
+        if self._interrupted.is_set():
+            raise Interrupted(f"interrupted before sub-model {k}'s turn")
+        return self._acquire(k)
+
     # -- one iteration -------------------------------------------------------------------------
     def iteration(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], scale: float) -> list[float]:
         """Forward then backward of `batches` (C microbatches of (inputs, targets)); gradients are
@@ -97,33 +114,36 @@ class SwapReplica:
         Each sub-model's inputs wait for its backward turn in host memory (the cut tensors)."""
         last = len(self.submodels) - 1
         xs = self._arrive([inputs for inputs, _ in batches], "the microbatches' tokens")
+        targets = self._arrive([t for _, t in batches], "the microbatches' targets")
         stash: list[list[torch.Tensor]] = []
         for k in range(last):
-            loaded, load_start, load_end = self._acquire(k)
+            loaded, load_start, load_end = self._turn(k)
             if self.prefetch:
                 self._start_load(k + 1)
             stash.append([x.to("cpu") for x in xs])
             start = self.clock()
             with torch.no_grad():
-                ys = [run_submodel(self.model, self.submodels[k], loaded.tensors, x) for x in xs]
+                ys = [run_submodel(self.skeleton, self.submodels[k], loaded.tensors, x) for x in xs]
             xs = self._replace(xs, ys, f"the outputs of sub-model {k}")
             self._span(k, "forward", load_start, load_end, start)
             if k != last - 1:
                 self._drop(k)
-        grads, losses = self._last_turn(xs, [targets.to(self.device) for _, targets in batches], scale)
+        grads, losses = self._last_turn(xs, targets, scale)
+        self.budget.give(nbytes(targets))
         for k in range(last - 1, -1, -1):
             grads = self._backward_turn(k, stash.pop(), grads)
         return losses
 
     def _arrive(self, tensors: list[torch.Tensor], what: str) -> list[torch.Tensor]:
         """Host tensors copied to the device, counted against the budget."""
-        self.budget.take(_size(tensors), what)
+        self.budget.take(nbytes(tensors), what)
         return [t.to(self.device) for t in tensors]
 
     def _replace(self, old: list[torch.Tensor], new: list[torch.Tensor], what: str) -> list[torch.Tensor]:
-        """Count the tensors a turn produced, then stop counting the ones it consumed."""
-        self.budget.give(_size(old))
-        self.budget.take(_size(new), what)
+        """Count the tensors a turn produced (alongside those it consumed, which are still alive),
+        then stop counting the consumed ones."""
+        self.budget.take(nbytes(new), what)
+        self.budget.give(nbytes(old))
         return new
 
     def _span(self, k: int, phase: str, load_start: float | None, load_end: float | None, start: float) -> None:
@@ -134,14 +154,14 @@ class SwapReplica:
     def _last_turn(self, xs: list[torch.Tensor], targets: list[torch.Tensor], scale: float) -> tuple[list[torch.Tensor], list[float]]:
         """The last sub-model: forward, loss and backward of every microbatch in one turn."""
         k = len(self.submodels) - 1
-        loaded, load_start, load_end = self._acquire(k)
+        loaded, load_start, load_end = self._turn(k)
         params = self._with_grad(loaded)
         if self.prefetch:
             self._start_load(k - 1)
         start, grads, losses = self.clock(), [], []
         for x, y in zip(xs, targets):
             x = x.detach().requires_grad_(k > 0)
-            logits = run_submodel(self.model, self.submodels[k], params, x)  # (B, T, vocab)
+            logits = run_submodel(self.skeleton, self.submodels[k], params, x)  # (B, T, vocab)
             mb_loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum") * scale
             mb_loss.backward()
             losses.append(float(mb_loss.detach()))
@@ -156,7 +176,7 @@ class SwapReplica:
 
     def _backward_turn(self, k: int, stashed: list[torch.Tensor], grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """Sub-model k's backward: recompute its forward from its stashed inputs, then backward."""
-        loaded, load_start, load_end = self._acquire(k)
+        loaded, load_start, load_end = self._turn(k)
         params = self._with_grad(loaded)
         if self.prefetch:
             self._start_load(k - 1)
@@ -164,7 +184,7 @@ class SwapReplica:
         start, out = self.clock(), []
         for x, g in zip(inputs, grads):
             x = x.detach().requires_grad_(k > 0)
-            run_submodel(self.model, self.submodels[k], params, x).backward(g)
+            run_submodel(self.skeleton, self.submodels[k], params, x).backward(g)
             if k > 0:
                 out.append(x.grad)
         self._replace(inputs + grads, out, f"the input gradients of sub-model {k}")
@@ -178,7 +198,7 @@ class SwapReplica:
         """The sub-model's device tensors, parameters made leaves that collect gradients (counted)."""
         host = dict(self.model.named_parameters())
         params = {n: t.requires_grad_() if n in host else t for n, t in loaded.tensors.items()}
-        self.budget.take(_size(t for n, t in params.items() if n in host), "gradients")
+        self.budget.take(nbytes(t for n, t in params.items() if n in host), "gradients")
         return params
 
     def _collect(self, params: dict[str, torch.Tensor]) -> None:
@@ -192,9 +212,5 @@ class SwapReplica:
                 host[name].grad = g if host[name].grad is None else host[name].grad.add_(g)
                 t.grad = None
                 t.requires_grad_(False)
-        self.budget.give(_size(t for n, t in params.items() if n in host))
+        self.budget.give(nbytes(t for n, t in params.items() if n in host))
 
-
-def _size(tensors: Iterable[torch.Tensor]) -> int:
-    """Bytes of a group of device tensors."""
-    return sum(t.numel() * t.element_size() for t in tensors)
