@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import labkit
 from labkit.config import RunConfig
-from labkit.lab.charts import CHARTS
+from labkit.lab.charts import chart_names
 from labkit.lab.rows import Windows
 from tests.waiting import wait_until
 
@@ -35,7 +35,7 @@ def test_the_form_launches_a_run_whose_controls_and_charts_follow_it(small_run: 
     wait_until(routed_after_kill, 60, "stage 1's traffic all on the survivor in the routing chart")
     marks = lab.view.charts.spec("loads")["datasets"]["marks"]
     assert {"t": killed["t"], "what": "kill s1p0"} in marks
-    assert set(lab.view.charts.widgets) == set(CHARTS) and lab.view.refreshing
+    assert set(lab.view.charts.widgets) == set(chart_names("swarm")) and lab.view.refreshing
     assert lab.status.value.startswith("running: step")
     lab.controls.stop_button.click()
     assert run.wait(60)["status"] == "stopped"
