@@ -67,7 +67,7 @@ class AtomRun(RunHandle):
         self._totals = RunTotals(1)
         self.events.listeners.append(self._totals.add)
         self._replicas: AtomReplicas | None = None
-        self._ready, self._done = threading.Event(), threading.Event()
+        self._ready, self._done, self._stop = threading.Event(), threading.Event(), threading.Event()
         self._summary: dict[str, Any] = {}
         self._snapshots: list[Future] = []
         self._lock = threading.Lock()
@@ -103,9 +103,10 @@ class AtomRun(RunHandle):
             self.events.emit(events.run(self._clock(), state="started", reason=corpus.describe()))
             self._eval(replicas)
             replicas.start()
-            while not replicas.stopping:
+            while not replicas.stopping and not self._stop.is_set():  # a stop asked while starting counts too
                 with replicas.cond:
                     replicas.cond.wait(timeout=0.2)
+            replicas.stop()
             self._finish(replicas, corpus.describe())
         except Exception as exc:
             self._summary = {"status": "failed", **self._totals.summary(None), "error": f"{type(exc).__name__}: {exc}"}
@@ -172,6 +173,7 @@ class AtomRun(RunHandle):
         if name in WHY_NOT:
             raise ValueError(f"{name} is not available with executor='atom': {WHY_NOT[name]}")
         if name == "stop":
+            self._stop.set()
             if self._replicas is not None:
                 self._replicas.stop()
             return None
