@@ -17,6 +17,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from labkit import events
 from labkit.config import RunConfig
 from labkit.data import WindowSampler, load_corpus
@@ -62,6 +64,8 @@ class AtomRun(RunHandle):
     def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
                  trace: bool = False) -> None:
         self._resume = None if resume is None else load_checkpoint(resume, cfg.replace(stages=1))
+        if cfg.threads:  # process-wide, as the in-process SWARM backend sets it
+            torch.set_num_threads(cfg.threads)
         self.config = cfg
         self.run_dir, self.events = open_record(cfg, run_dir, trace)
         self._totals = RunTotals(1)
