@@ -126,7 +126,7 @@ class RunControls:
                                                        lambda _: f"codec → {change['new']}"), names="value")
         self.atom = cfg.executor == "atom"
         if self.atom:
-            self.add_stage.options, self.add_stage.disabled = [("the replicas", 0)], True
+            self.add_stage.options, self.add_stage.disabled = [("replicas", 0)], True
 
         self.sync_mode = ipywidgets.ToggleButtons(options=SYNC_MODES, value=cfg.sync.mode)
         self.inner_steps = ipywidgets.IntText(value=cfg.sync.inner_steps, description="H", layout={"width": "9em"})
