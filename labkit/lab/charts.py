@@ -91,14 +91,12 @@ def traffic_chart() -> alt.Chart:
 SWAP_COLORS = {"forward": "#4c78a8", "forward+backward": "#b279a2", "backward": "#f58518", "loading": "#54a24b",
                "resident": "#bab0ac"}
 LANES = ["execution", "device"]
-
-
-TURN_TOOLTIP = ["replica:N", "submodel:Q", "phase:N", "iteration:Q", "load_start:Q", "load_end:Q", "compute_start:Q",
-                "compute_end:Q"]
+TURN_TOOLTIP = ("replica:N", "submodel:Q", "phase:N", "iteration:Q", "load_start:Q", "load_end:Q", "compute_start:Q",
+                "compute_end:Q")
 
 
 def _lane(source: alt.Chart, lane: str, what: str, start: str, end: str, label: str | None = None,
-          tooltip: list[str] = TURN_TOOLTIP) -> alt.TopLevelMixin:
+          tooltip: tuple[str, ...] = TURN_TOOLTIP) -> alt.TopLevelMixin:
     """One lane's bars over `source`'s rows (`what`, `start` and `end` are Vega expressions), each
     labelled with its sub-model's number in `label` colour when given. The device lane puts
     even and odd sub-models on alternate halves: the next one loads while the current computes."""
@@ -107,7 +105,7 @@ def _lane(source: alt.Chart, lane: str, what: str, start: str, end: str, label: 
     y = alt.Y("lane:N", title=None, sort=LANES, scale=alt.Scale(domain=LANES))
     offset = {"yOffset": alt.YOffset("slot:N", scale=alt.Scale(domain=[0, 1]))} if lane == "device" else {}
     bars = chart.mark_bar(stroke="white", strokeWidth=0.5).encode(
-        x=alt.X("start:Q", title="seconds", scale=alt.Scale(zero=False)), x2="end:Q", y=y, tooltip=tooltip,
+        x=alt.X("start:Q", title="seconds", scale=alt.Scale(zero=False)), x2="end:Q", y=y, tooltip=list(tooltip),
         color=alt.Color("what:N", title=None, scale=alt.Scale(domain=list(SWAP_COLORS), range=list(SWAP_COLORS.values()))),
         **offset)
     if label is None:
@@ -127,7 +125,7 @@ def swaps_chart() -> alt.FacetChart:
     copies = alt.Chart().transform_aggregate(resident_to="max(compute_end)",
                                              groupby=["replica", "submodel", "resident_from"])
     resident = _lane(copies, "device", "'resident'", "datum.resident_from", "datum.resident_to", label="#333",
-                     tooltip=["replica:N", "submodel:Q", "resident_from:Q", "resident_to:Q"])
+                     tooltip=("replica:N", "submodel:Q", "resident_from:Q", "resident_to:Q"))
     loading = _lane(alt.Chart().transform_filter("datum.load_start != null"), "device", "'loading'",
                     "datum.load_start", "datum.load_end")
     execution = _lane(alt.Chart(), "execution", "datum.phase", "datum.compute_start", "datum.compute_end", label="white")

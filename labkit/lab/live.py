@@ -84,11 +84,11 @@ class LiveView:
 
 
 class Charts:
-    """One `alt.JupyterChart` per chart of `names` (of CHARTS), made when its first rows arrive (an empty
-    faceted chart draws NaN sizes), so its spec embeds once; later rows go to the browser as data
-    updates of its named datasets, which Vega applies to the
-    live view: re-embedding a spec a few times a second per chart (a full Vega-Lite compile and
-    render each time) kept headless Chromium so busy that a click took seconds to reach the kernel.
+    """One `alt.JupyterChart` per chart of `names` (of CHARTS), made when its first rows arrive
+    (an empty faceted chart draws NaN sizes), so its spec embeds once; later rows go to the
+    browser as data updates of its named datasets, which Vega applies to the live view:
+    re-embedding a spec a few times a second per chart (a full Vega-Lite compile and render each
+    time) kept headless Chromium so busy that a click took seconds to reach the kernel.
     """
 
     def __init__(self, names: Iterable[str] = tuple(CHARTS)) -> None:

@@ -100,3 +100,15 @@ def test_an_atom_runs_report_and_replay_draw_the_swap_timeline(small_run: RunCon
         "swaps", "throughput", "loss"]
     assert "ATOM swap timeline (Figure 12)" in report and "<script" not in report
     lab.close()
+
+
+def test_an_atom_run_that_cannot_start_says_why_in_the_status_line(small_run: RunConfig) -> None:
+    lab = labkit.lab.Lab(defaults=small_run.replace(executor="atom"))
+    lab.form.fields["atom.budget_mb"].value = "0.01"  # a valid number, below what the activations in flight need
+    lab.form.launch_button.click()
+    run = lab.wait_attached(timeout=120)
+    assert run.wait(60)["status"] == "failed"
+    wait_until(lambda: lab.status.value.startswith("run failed: "), 10, "the status line to say why")
+    assert html.unescape(lab.status.value).startswith("run failed: ValueError: atom.budget_mb=0.01 is not allowed: "
+                                                      "the activations in flight alone need")
+    lab.close()
