@@ -2,8 +2,9 @@
 
 A chart is built and validated once (`CHARTS[name]()`); drawing new data only swaps its
 `datasets` (`with_data`), the cheap path LAB.md measured for live updates. The same specs render
-statically in reports (`figure`), so live, replayed and simulated runs look alike. Every time axis
-carries the run's kills, joins, moves, splits, codec and sync changes as labelled rules.
+statically in reports (`figure`), so live, replayed and simulated runs look alike. The time axes of
+the SWARM charts carry the run's kills, joins, moves, splits, codec and sync changes as labelled
+rules. `chart_names` says which charts draw a run of each executor.
 """
 
 from __future__ import annotations
@@ -85,10 +86,69 @@ def traffic_chart() -> alt.Chart:
     ).properties(title="Bytes on the wire", width=WIDTH, height=40)
 
 
+# Figure 12's colours: compute by pass (the last sub-model's one turn does both), and on the device
+# lane the copy loading host -> device, then resident until its compute ends
+SWAP_COLORS = {"forward": "#4c78a8", "forward+backward": "#b279a2", "backward": "#f58518", "loading": "#54a24b",
+               "resident": "#bab0ac"}
+LANES = ["execution", "device"]
+TURN_TOOLTIP = ("replica:N", "submodel:Q", "phase:N", "iteration:Q", "load_start:Q", "load_end:Q", "compute_start:Q",
+                "compute_end:Q")
+
+
+def _lane(source: alt.Chart, lane: str, what: str, start: str, end: str, label: str | None = None,
+          tooltip: tuple[str, ...] = TURN_TOOLTIP) -> alt.TopLevelMixin:
+    """One lane's bars over `source`'s rows (`what`, `start` and `end` are Vega expressions), each
+    labelled with its sub-model's number in `label` colour when given. The device lane puts
+    even and odd sub-models on alternate halves: the next one loads while the current computes."""
+    chart = source.transform_calculate(lane=f"'{lane}'", what=what, start=start, end=end,
+                                       middle=f"({start} + {end}) / 2", slot="datum.submodel % 2")
+    y = alt.Y("lane:N", title=None, sort=LANES, scale=alt.Scale(domain=LANES))
+    offset = {"yOffset": alt.YOffset("slot:N", scale=alt.Scale(domain=[0, 1]))} if lane == "device" else {}
+    bars = chart.mark_bar(stroke="white", strokeWidth=0.5).encode(
+        x=alt.X("start:Q", title="seconds", scale=alt.Scale(zero=False)), x2="end:Q", y=y, tooltip=list(tooltip),
+        color=alt.Color("what:N", title=None, scale=alt.Scale(domain=list(SWAP_COLORS), range=list(SWAP_COLORS.values()))),
+        **offset)
+    if label is None:
+        return bars
+    return bars + chart.mark_text(fontSize=9 if lane == "execution" else 7, color=label).encode(
+        x="middle:Q", y=y, text="submodel:Q", **offset)
+
+
+def swaps_chart() -> alt.FacetChart:
+    """Seed 004's Figure 12, one panel per ATOM replica, over its last iterations (dashed rules
+    start each): on `execution`, each sub-model's compute turn coloured by pass and labelled with
+    its number (0 holds the embedding); on `device`, each sub-model's copy from the start of its
+    load (green) until its last compute before it is dropped (grey): the turns that found it
+    still resident (the last of forward is the first of backward; the last of backward the first
+    of the next forward) extend one bar. The host lane is not drawn: the host holds every
+    sub-model all the time (the master copy; device copies are dropped, never written back)."""
+    copies = alt.Chart().transform_aggregate(resident_to="max(compute_end)",
+                                             groupby=["replica", "submodel", "resident_from"])
+    resident = _lane(copies, "device", "'resident'", "datum.resident_from", "datum.resident_to", label="#333",
+                     tooltip=("replica:N", "submodel:Q", "resident_from:Q", "resident_to:Q"))
+    loading = _lane(alt.Chart().transform_filter("datum.load_start != null"), "device", "'loading'",
+                    "datum.load_start", "datum.load_end")
+    execution = _lane(alt.Chart(), "execution", "datum.phase", "datum.compute_start", "datum.compute_end", label="white")
+    starts = alt.Chart().transform_filter("datum.submodel == 0 && datum.phase != 'backward'").mark_rule(
+        color="#555", strokeDash=[3, 3]).encode(x="compute_start:Q")
+    return alt.layer(resident, loading, execution, starts, data=alt.Data(name="swaps")).properties(
+        width=2 * WIDTH, height=44).facet(row=alt.Row("replica:N", title=None, header=alt.Header(labelAngle=0)),
+                                          ).properties(title="ATOM swap timeline (Figure 12)")
+
+
 CHARTS: dict[str, Callable[[], alt.TopLevelMixin]] = {
     "routing": routing_chart, "loads": loads_chart, "timeline": timeline_chart,
-    "throughput": throughput_chart, "loss": loss_chart, "traffic": traffic_chart,
+    "throughput": throughput_chart, "loss": loss_chart, "traffic": traffic_chart, "swaps": swaps_chart,
 }
+WIDE = ("swaps",)  # charts drawn alone on their row of the live view
+ATOM_ONLY = ("swaps",)
+ATOM_CHARTS = (*ATOM_ONLY, "throughput", "loss")  # replicas route no hops, queue nothing and send nothing on a wire
+
+
+def chart_names(executor: str) -> tuple[str, ...]:
+    """The charts a run of `executor` draws: an ATOM run's swap timeline, throughput and loss; a
+    SWARM run's (or a simulation's) every other chart."""
+    return ATOM_CHARTS if executor == "atom" else tuple(name for name in CHARTS if name not in ATOM_ONLY)
 
 
 def with_data(skeleton: Spec, datasets: dict[str, list[dict[str, Any]]]) -> Spec:

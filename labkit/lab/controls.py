@@ -4,6 +4,7 @@ Verbs run in order on one worker thread per panel, so a click never blocks the n
 verb is a round trip to the cluster); each answers in one status line, its first error line or a
 short success line, never a traceback. The peer table is redrawn only when the run's membership
 changes; otherwise `refresh` (the Lab's refresher, a few times a second) only updates labels.
+An ATOM run's stage verbs are greyed out (`refused`); Kill, Add peer, Stop and Checkpoint work.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import ipywidgets
 
 from labkit.config import SYNC_MODES, WIRE_CODECS, SyncConfig
+from labkit.runtime.atom.run import WHY_NOT
 from labkit.runtime.handle import RunHandle
 
 COLUMNS = ("peer", "stage", "state", "queue", "tokens/s", "microbatches", "bytes")
@@ -49,6 +51,13 @@ def _button(description: str, style: str = "") -> ipywidgets.Button:
     return ipywidgets.Button(description=description, button_style=style, layout={"width": "auto", "flex": "0 0 auto"})
 
 
+def refused(**widgets: list[ipywidgets.Widget]) -> None:
+    """Grey out the widgets of verbs an ATOM run refuses (by verb), their tooltip the handle's reason."""
+    for verb, group in widgets.items():
+        for widget in group:
+            widget.disabled, widget.tooltip = True, f"not with executor='atom': {WHY_NOT[verb]}"
+
+
 class PeerRow:
     """One live peer: its labels (`labels` by column) and its Kill, slow (`delay` + `slow`) and
     Move (`target` + `move`) controls."""
@@ -68,7 +77,7 @@ class PeerRow:
     def update(self, state: str, peer: dict[str, Any], totals: dict[str, float]) -> None:
         """Set the labels (a label set to its own value sends nothing to the browser)."""
         values = {"state": state, "queue": str(peer.get("queue", 0)),
-                  "tokens/s": f"{totals.get('tokens_per_s', 0.0):,.0f}",
+                  "tokens/s": f"{totals['tokens_per_s']:,.0f}" if "tokens_per_s" in totals else "–",
                   "microbatches": f"{totals.get('microbatches', 0):,.0f}", "bytes": human_bytes(totals.get("bytes", 0))}
         for column, value in values.items():
             self.labels[column].value = value
@@ -115,6 +124,9 @@ class RunControls:
         self.codec = ipywidgets.Dropdown(options=WIRE_CODECS, value=cfg.compression.codec, layout={"width": "7em"})
         self.codec.observe(lambda change: self._submit("set_compression", lambda: run.set_compression(change["new"]),
                                                        lambda _: f"codec → {change['new']}"), names="value")
+        self.atom = cfg.executor == "atom"
+        if self.atom:
+            self.add_stage.options, self.add_stage.disabled = [("replicas", 0)], True
 
         self.sync_mode = ipywidgets.ToggleButtons(options=SYNC_MODES, value=cfg.sync.mode)
         self.inner_steps = ipywidgets.IntText(value=cfg.sync.inner_steps, description="H", layout={"width": "9em"})
@@ -140,6 +152,11 @@ class RunControls:
             line([self.checkpoint_path, self.checkpoint_button, self.dashboard]),
             self.status,
         ])
+        if self.atom:
+            refused(rebalance=[self.rebalance_button], set_layer_split=[*self.split, self.split_button],
+                    set_compression=[self.codec], set_sync=[self.sync_mode, self.inner_steps, self.outer_lr,
+                                                            self.outer_momentum, self.sync_button])
+            self._say("ATOM run of whole-model replicas: the stage verbs are greyed out (their tooltips say why)")
         threading.Thread(target=self._find_dashboard, name="labkit-dashboard-link", daemon=True).start()
 
     # -- carrying out verbs ---------------------------------------------------------------------
@@ -173,7 +190,8 @@ class RunControls:
         return self._pending
 
     def _add(self, stage: int) -> None:
-        self._submit("add_peer", lambda: self.run.add_peer(stage), lambda name: f"added {name} to stage {stage}")
+        place = "the replicas" if self.atom else f"stage {stage}"
+        self._submit("add_peer", lambda: self.run.add_peer(stage), lambda name: f"added {name} to {place}")
 
     def _kill(self, name: str) -> None:
         self._submit("kill_peer", lambda: self.run.kill_peer(name), lambda _: f"killed {name}")
@@ -242,6 +260,9 @@ class RunControls:
         """Show `state` (run.state()) and per-peer `totals`; rows are added or removed only when
         the live peers change, otherwise only label values are set."""
         live = {p["peer"]: (s["stage"], p) for s in state.get("stages", []) for p in s["peers"]}
+        if self.atom:  # replicas send no hops: what each served is its processed samples
+            totals = {name: {"microbatches": p.get("samples", 0) // self.run.config.microbatch, "bytes": 0}
+                      for name, (_, p) in live.items()}
         if live.keys() != self.rows.keys():
             for name in self.rows.keys() - live.keys():
                 self.rows.pop(name).close()
@@ -268,6 +289,8 @@ class RunControls:
         row.kill.on_click(lambda _: self._kill(name))
         row.slow.on_click(lambda _: self._slow(name, row.delay.value))
         row.move.on_click(lambda _: self._move(name, row.target.value))
+        if self.atom:
+            refused(set_peer_delay=[row.delay, row.slow], move_peer=[row.target, row.move])
         return row
 
     def close(self) -> None:

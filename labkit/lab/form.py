@@ -3,7 +3,8 @@
 Values are typed into text widgets and parsed here, so nothing is clamped or coerced silently: a
 value the configs refuse shows the config's own one-line error (`ConfigError`) beside its field, a
 value that does not parse shows one of the same style, and Launch stays disabled until none shows.
-Labels' tooltips are the `# ...` comments after each field in labkit/config.py.
+Labels' tooltips are the `# ...` comments after each field in labkit/config.py. The executor
+choice greys out the fields the other executor reads (they are still checked: the config holds them).
 """
 
 from __future__ import annotations
@@ -21,28 +22,38 @@ from typing import Any
 import ipywidgets
 
 from labkit import config as config_module
-from labkit.config import (BOUNDARIES, MODEL_SIZES, SYNC_MODES, WIRE_CODECS, CompressionConfig, ConfigError, ModelConfig,
-                           RunConfig, SyncConfig, even_split)
+from labkit.config import (ATOM_DEVICES, BOUNDARIES, EXECUTORS, MODEL_SIZES, SYNC_MODES, WIRE_CODECS, AtomConfig,
+                           CompressionConfig, ConfigError, ModelConfig, RunConfig, SyncConfig, even_split)
+from labkit.runtime.launch import ATOM_BACKENDS
 
 BACKENDS = (("in-process", "inprocess"), ("embedded Dask cluster", "dask"), ("scheduler address", "scheduler"))
-SECTIONS = {"model": ModelConfig, "compression": CompressionConfig, "sync": SyncConfig}  # nested configs by path
+SECTIONS = {"model": ModelConfig, "compression": CompressionConfig, "sync": SyncConfig,
+            "atom": AtomConfig}  # nested configs by path
 # how each typed field parses: name -> (parser, what is allowed when it does not parse)
 INT = (int, "an integer")
 FLOAT = (float, "a number")
 KINDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "stages": INT, "trainers": INT, "global_batch": INT, "microbatch": INT, "steps": INT, "lr": FLOAT,
     "compression.factor": INT, "sync.inner_steps": INT, "sync.outer_lr": FLOAT, "sync.outer_momentum": FLOAT,
-    "rebalance_period": FLOAT,
+    "rebalance_period": FLOAT, "atom.replicas": INT, "atom.accumulation": INT,
+    "atom.budget_mb": (lambda s: float(s) if s else None, "blank (the least budget that fits) or a number of MB"),
     "peers": (lambda s: int(s) if "," not in s else tuple(int(p) for p in s.split(",")),
               "an integer, or a comma list of integers (one per stage)"),
     "layer_split": (lambda s: tuple(int(p) for p in s.split(",")) if s else None,
                     "blank (as even as possible) or a comma list of integers (blocks per stage)"),
 }
-CHOICES = {"model.size": tuple(MODEL_SIZES), "compression.codec": WIRE_CODECS, "compression.boundary": BOUNDARIES,
-           "sync.mode": SYNC_MODES}
-ORDER = ("model.size", "stages", "peers", "layer_split", "trainers", "global_batch", "microbatch", "steps", "lr",
-         "compression.codec", "compression.boundary", "compression.factor", "sync.mode", "sync.inner_steps",
-         "sync.outer_lr", "sync.outer_momentum", "rebalance_period")  # the config fields, as the form lists them
+CHOICES = {"executor": EXECUTORS, "model.size": tuple(MODEL_SIZES), "compression.codec": WIRE_CODECS,
+           "compression.boundary": BOUNDARIES, "sync.mode": SYNC_MODES, "atom.device": ATOM_DEVICES,
+           "atom.prefetch": (True, False)}
+ORDER = ("executor", "model.size", "stages", "peers", "layer_split", "trainers", "global_batch", "microbatch", "steps",
+         "lr", "compression.codec", "compression.boundary", "compression.factor", "sync.mode", "sync.inner_steps",
+         "sync.outer_lr", "sync.outer_momentum", "rebalance_period", "atom.replicas", "atom.budget_mb",
+         "atom.accumulation", "atom.device", "atom.prefetch")  # the config fields, as the form lists them
+# the fields only one executor reads: the form greys them out while the other is chosen
+ONLY = {"swarm": ("stages", "peers", "layer_split", "trainers", "compression.codec", "compression.boundary",
+                  "compression.factor", "sync.mode", "sync.inner_steps", "sync.outer_lr", "sync.outer_momentum",
+                  "rebalance_period"),
+        "atom": tuple(key for key in ORDER if key.startswith("atom."))}
 # errors a config reports on a field the form does not show: the field they belong beside
 ALIASES = {"compression": "compression.factor", "delayed_updates": "sync.mode"}
 
@@ -154,6 +165,10 @@ class LaunchForm:
                 errors[key] = ConfigError(_owner(key), key.split(".")[-1], text, allowed)
         if self.fields["backend"].value == "scheduler" and not self.fields["scheduler"].value.strip():
             errors["scheduler"] = ConfigError("launch", "scheduler", "", "a Dask scheduler address, e.g. tcp://host:8786")
+        backend = self.fields["backend"].value
+        if values["executor"] == "atom" and backend not in ATOM_BACKENDS:
+            errors["backend"] = ConfigError("launch", "backend", backend, f"one of {list(ATOM_BACKENDS)} with "
+                                            "executor='atom' (its replicas run as threads of this kernel)")
         if errors:
             return None, errors
         changes: dict[str, Any] = {key: value for key, value in values.items() if "." not in key}
@@ -173,6 +188,9 @@ class LaunchForm:
     def _validate(self, _change: Any = None) -> None:
         """Re-validate every field; show each error beside its field; Launch only when none."""
         self.fields["scheduler"].disabled = self.fields["backend"].value != "scheduler"
+        for executor, keys in ONLY.items():
+            for key in keys:
+                self.fields[key].disabled = self.fields["executor"].value != executor
         _, errors = self._build()
         for key, shown in self.errors.items():
             shown.value = html.escape(str(errors[key]), quote=False) if key in errors else ""

@@ -18,7 +18,7 @@ from typing import Any
 import altair as alt
 
 from labkit.events import Event
-from labkit.lab.charts import CHARTS, Spec, with_data
+from labkit.lab.charts import CHARTS, WIDE, Spec, chart_names, with_data
 from labkit.lab.rows import Rows, Windows, rows_of_run
 from labkit.runtime.handle import RunHandle
 
@@ -27,7 +27,8 @@ Tick = Callable[[Rows], None]
 
 
 class LiveView:
-    """Every lab chart of `run`, refreshed `hz` times a second until the run ends or `close()`.
+    """The lab charts of `run`'s executor (`chart_names`), refreshed `hz` times a second until
+    the run ends or `close()`.
 
     >>> view = LiveView(run); view.widget()   # doctest: +SKIP   (routing, loads, timeline, ...)
     >>> view.rows.shares()                    # doctest: +SKIP   (each peer's share of its stage)
@@ -42,7 +43,7 @@ class LiveView:
         self.run, self._period, self.on_tick = run, 1.0 / hz, list(on_tick)
         self._queue: queue.Queue[Event] = run.events.subscribe()
         self.rows = Rows.for_config(run.config, windows).extend(run.events.history())
-        self.charts = Charts()
+        self.charts = Charts(chart_names(run.config.executor))
         self._stop = threading.Event()
         self.refresh()
         self._thread = threading.Thread(target=self._loop, name="labkit-live-view", daemon=True)
@@ -83,28 +84,32 @@ class LiveView:
 
 
 class Charts:
-    """One `alt.JupyterChart` per lab chart (CHARTS), made when its first rows arrive (an empty
-    faceted chart draws NaN sizes), so its spec embeds once; later rows go to the browser as data
-    updates of its named datasets, which Vega applies to the
-    live view: re-embedding a spec a few times a second per chart (a full Vega-Lite compile and
-    render each time) kept headless Chromium so busy that a click took seconds to reach the kernel.
+    """One `alt.JupyterChart` per chart of `names` (of CHARTS), made when its first rows arrive
+    (an empty faceted chart draws NaN sizes), so its spec embeds once; later rows go to the
+    browser as data updates of its named datasets, which Vega applies to the live view:
+    re-embedding a spec a few times a second per chart (a full Vega-Lite compile and render each
+    time) kept headless Chromium so busy that a click took seconds to reach the kernel.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, names: Iterable[str] = tuple(CHARTS)) -> None:
         import ipywidgets
 
         enable_offline()
+        self.names = tuple(names)
+        unknown = [name for name in self.names if name not in CHARTS]
+        if unknown:
+            raise KeyError(f"no chart {unknown[0]!r}: one of {list(CHARTS)}")
         self.skeletons = skeletons()
-        self.uses = {name: sorted(_dataset_names(spec)) for name, spec in self.skeletons.items()}
+        self.uses = {name: sorted(_dataset_names(self.skeletons[name])) for name in self.names}
         self.widgets: dict[str, alt.JupyterChart] = {}  # made at a chart's first rows, so it embeds once
         self.boxes = {name: ipywidgets.Box([ipywidgets.HTML(f"<i>{name}: waiting for the run's events</i>")])
-                      for name in CHARTS}
+                      for name in self.names}
         self.shown: dict[str, dict[str, list]] = {}  # per chart, the datasets it draws now
         self.drawn: dict[str, dict[str, int]] = {}  # per chart, the versions of those datasets
 
     def draw(self, rows: Rows) -> None:
         """Send each chart the datasets that changed since it last drew."""
-        for name in CHARTS:
+        for name in self.names:
             versions = {d: rows.versions[d] for d in self.uses[name]}
             drawn = self.drawn.get(name, {})
             if versions == drawn:
@@ -132,11 +137,15 @@ class Charts:
         return with_data(self.skeletons[name], self.shown.get(name, {d: [] for d in self.uses[name]}))
 
     def widget(self) -> Any:
-        """The charts two by two, as one ipywidgets box to display."""
+        """The charts two by two (a WIDE one alone on its row), as one ipywidgets box to display."""
         import ipywidgets
 
-        boxes = [self.boxes[name] for name in CHARTS]
-        return ipywidgets.VBox([ipywidgets.HBox(boxes[i:i + 2]) for i in range(0, len(boxes), 2)])
+        lines: list[list[str]] = []
+        for name in self.names:
+            if name in WIDE or not lines or len(lines[-1]) == 2 or lines[-1][0] in WIDE:
+                lines.append([])
+            lines[-1].append(name)
+        return ipywidgets.VBox([ipywidgets.HBox([self.boxes[name] for name in line]) for line in lines])
 
 
 @functools.cache
@@ -147,8 +156,9 @@ def skeletons() -> dict[str, Spec]:
 
 
 def charts_of(rows: Rows) -> Charts:
-    """The lab's charts drawn once from folded rows (a simulation's, a finished run's)."""
-    charts = Charts()
+    """The lab's charts of the rows' executor drawn once from folded rows (a simulation's, a
+    finished run's)."""
+    charts = Charts(chart_names(rows.executor))
     charts.draw(rows)
     return charts
 

@@ -1,5 +1,5 @@
-"""`Lab`: the notebook control panel. A launch form, then the run's controls, live charts and a
-what-if simulation beside them, all driving the one run handle.
+"""`Lab`: the notebook control panel. A launch form, then the run's controls, live charts and (for
+a SWARM run) a what-if simulation beside them, all driving the one run handle.
 
 >>> lab = labkit.lab.Lab()          # doctest: +SKIP   (the form; Launch starts a run)
 >>> lab = labkit.lab.Lab(run)       # doctest: +SKIP   (the same panel on a run launched from code)
@@ -62,7 +62,9 @@ class Lab:
         import labkit
 
         self.form.launch_button.disabled = True
-        self.status.value = f"launching a {config.stages}-stage run ({options.get('backend', 'inprocess')})…"
+        shape = (f"an ATOM run of {config.atom.replicas} replicas" if config.executor == "atom"
+                 else f"a {config.stages}-stage run")
+        self.status.value = f"launching {shape} ({options.get('backend', 'inprocess')})…"
         self.launching = in_background(lambda: labkit.launch(config, **options), name="labkit-lab-launch")
         self.launching.add_done_callback(self._launched)
 
@@ -74,7 +76,8 @@ class Lab:
             self.form.launch_button.disabled = False
 
     def attach(self, run: RunHandle) -> None:
-        """Drive `run`: its controls, live charts and what-if replace the form."""
+        """Drive `run`: its controls, live charts and what-if replace the form. The what-if scales
+        up the live swarm's measured peers, so an ATOM run (no stages, no hops) goes without it."""
         self.run = run
         self.controls = RunControls(run)
         state_clock = _Every(STATE_PERIOD)
@@ -88,8 +91,11 @@ class Lab:
                 self.status.value = html.escape(f"state unavailable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
 
         self.view = LiveView(run, hz=self._hz, windows=self._windows, on_tick=[tick])  # first: it turns on the offline charts
-        self.whatif = WhatIfPanel(run)
-        self.body.children = [self.controls.widget, self.view.widget(), self.whatif.widget()]
+        parts = [self.controls.widget, self.view.widget()]
+        if run.config.executor == "swarm":
+            self.whatif = WhatIfPanel(run)
+            parts.append(self.whatif.widget())
+        self.body.children = parts
         self._attached.set()
 
     def wait_attached(self, timeout: float = 120) -> RunHandle:
@@ -123,10 +129,12 @@ class _Every:
 
 
 def _status_line(run: RunHandle) -> str:
-    """The run's status in one line: state, step of steps, last loss."""
+    """The run's status in one line: state, step of steps, last loss (or why it failed)."""
     step = run.events.latest("step")
     if run.done:
         summary = run.summary()
+        if summary.get("error"):
+            return html.escape(f"run {summary.get('status')}: {str(summary['error']).splitlines()[0]}")
         return f"run {summary.get('status')} at step {summary.get('steps')}"
     if step is None:
         return "run starting…"

@@ -1,8 +1,9 @@
 """`labkit report RUN_DIR`: one self-contained HTML file of a run, readable offline.
 
-Summary, config and the lab's charts as static SVG pictures rendered here by vl-convert (no
-JavaScript, no CDN: the file opens the same on a plane, behind a firewall, or attached to an
-email). Works on a `labkit train` run directory and on `labkit simulate`'s output directory.
+Summary, config and the lab's charts of the run's executor (an ATOM run's swap timeline) as static
+SVG pictures rendered here by vl-convert (no JavaScript, no CDN: the file opens the same on a
+plane, behind a firewall, or attached to an email). Works on a `labkit train` run directory and on
+`labkit simulate`'s output directory.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import vl_convert
 
 from labkit.jsonfile import read_json
-from labkit.lab.charts import CHARTS, Spec, with_data
+from labkit.lab.charts import CHARTS, Spec, chart_names, with_data
 from labkit.lab.rows import rows_of_run
 
 REPORT_NAME = "report.html"
@@ -27,7 +28,7 @@ def write_report(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     rows = rows_of_run(run_dir)
     data = rows.datasets()
-    pictures = [(name, with_data(make().to_dict(), data)) for name, make in CHARTS.items() if data[name]]
+    pictures = [(name, with_data(CHARTS[name]().to_dict(), data)) for name in chart_names(rows.executor) if data[name]]
     series = run_dir / SIM_SERIES
     if series.is_file():
         pictures.insert(0, ("simulated throughput", _sim_throughput(read_json(series, "report", "a throughput series of labkit simulate"))))

@@ -21,13 +21,13 @@ from labkit.jsonfile import read_json
 from labkit.runtime.eventlog import read_events
 
 Row = dict[str, Any]
-DATASETS = ("routing", "loads", "timeline", "throughput", "loss", "traffic", "marks", "recent_marks")
+DATASETS = ("routing", "loads", "timeline", "throughput", "loss", "traffic", "marks", "recent_marks", "swaps")
 MARKED_PEER_STATES = {"killed": "kill", "moved": "move", "banned": "ban"}
 # the datasets an event of each type may change (time moving on changes the windowed ones)
 TOUCHES = {"hop": ("routing", "timeline", "traffic"), "step": ("throughput", "loss"), "eval": ("loss",),
            "load": ("loads",), "peer": ("loads", "marks", "recent_marks"), "setting": ("marks", "recent_marks"),
-           "sync": ("traffic",), "run": ("marks", "recent_marks")}
-WINDOWED = ("routing", "timeline", "recent_marks")
+           "sync": ("traffic",), "run": ("marks", "recent_marks"), "swap": ("swaps",)}
+WINDOWED = ("routing", "timeline", "recent_marks", "swaps")
 MARKED_SETTINGS = ("layer_split", "codec", "sync")
 
 
@@ -36,15 +36,18 @@ class Windows:
     """How much of the run each chart keeps (seconds of run time, or rows)."""
 
     routing_s: float = 20.0  # the routing chart counts microbatches over this sliding window
-    timeline_s: float = 6.0  # the peer timeline shows the last seconds of work
+    timeline_s: float = 6.0  # the peer and swap timelines show the last seconds of work
+    swap_iterations: int = 2  # the swap timeline shows each ATOM replica's last iterations at most
     history_rows: int = 1_000  # loads, throughput, loss and marks keep at most this many rows each
 
 
 class Rows:
     """Folds events into chart rows: `add(event)` as they arrive, `datasets()` when drawing."""
 
-    def __init__(self, codec: str = "fp32", tokens_per_microbatch: int = 0, windows: Windows = Windows()) -> None:
+    def __init__(self, codec: str = "fp32", tokens_per_microbatch: int = 0, windows: Windows = Windows(),
+                 executor: str = "swarm") -> None:
         self.w = windows
+        self.executor = executor  # which charts draw these rows (labkit.lab.charts.chart_names)
         self.tokens_per_microbatch = tokens_per_microbatch  # for peers' tokens/s (0: unknown)
         self.versions = dict.fromkeys(DATASETS, 0)  # per dataset: a chart redraws only what moved
         self.now = 0.0  # the latest event time
@@ -61,11 +64,14 @@ class Rows:
         self._traffic: dict[tuple[int, str, str], int] = {}
         self._last_step: tuple[float, int] | None = None
         self.peers: dict[str, Row] = {}  # per peer: stage, state, microbatches, bytes, tokens, since
+        self._swaps: dict[str, deque[Row]] = {}  # per ATOM replica: its turns, oldest first
+        self._iteration: dict[str, int] = {}  # per replica: the iteration its latest turn belongs to
+        self._loaded: dict[tuple[str, int], float] = {}  # (replica, sub-model): when its device copy started loading
 
     @classmethod
     def for_config(cls, cfg: RunConfig, windows: Windows = Windows()) -> Rows:
-        """Rows of a run of `cfg`: its starting codec and tokens per microbatch."""
-        return cls(cfg.compression.codec, cfg.microbatch * cfg.model.seq_len, windows)
+        """Rows of a run of `cfg`: its starting codec, tokens per microbatch and executor."""
+        return cls(cfg.compression.codec, cfg.microbatch * cfg.model.seq_len, windows, cfg.executor)
 
     def extend(self, events: Iterable[Event]) -> Rows:
         for e in events:
@@ -141,6 +147,23 @@ class Rows:
         if e["state"] not in ("started", "finished"):
             self._marks.append({"t": e["t"], "what": f"run {e['state']}"})
 
+    def _swap(self, e: Event) -> None:
+        """One sub-model's turn on an ATOM replica. Sub-model 0's forward opens an iteration;
+        `resident_from` is when its device copy started loading: this turn's load, or, when it
+        was still resident (no load), the load of the turn that brought it (Figure 12's device
+        trajectory: the last sub-model of backward stays for the next forward, and so on)."""
+        replica, k = e["replica"], e["submodel"]
+        turns = self._swaps.setdefault(replica, deque())
+        if k == 0 and e["phase"] != "backward":
+            iteration = self._iteration[replica] = self._iteration.get(replica, -1) + 1
+            while turns and turns[0]["iteration"] <= iteration - self.w.swap_iterations:
+                turns.popleft()
+        if e["load_start"] is not None:
+            self._loaded[replica, k] = e["load_start"]
+        turns.append({"replica": replica, "submodel": k, "phase": e["phase"], "iteration": self._iteration.get(replica, 0),
+                      "load_start": e["load_start"], "load_end": e["load_end"], "compute_start": e["compute_start"],
+                      "compute_end": e["compute_end"], "resident_from": self._loaded.get((replica, k), e["compute_start"])})
+
     # -- bookkeeping --------------------------------------------------------------------------
     def _peer(self, name: str, stage: int, t: float) -> Row:
         p = self.peers.get(name)
@@ -149,7 +172,7 @@ class Rows:
         return p
 
     def _expire(self) -> None:
-        """Drop forward hops that left the routing window and work older than the timeline's."""
+        """Drop forward hops that left the routing window and work (hops, swaps) older than the timeline's."""
         oldest = self.now - self.w.routing_s
         while self._hops and self._hops[0][0] < oldest:
             _, *key = self._hops.popleft()
@@ -161,6 +184,11 @@ class Rows:
         oldest = self.now - self.w.timeline_s
         while self._timeline and self._timeline[0]["end"] < oldest:
             self._timeline.popleft()
+        for replica, turns in list(self._swaps.items()):
+            while turns and turns[0]["compute_end"] < oldest:
+                turns.popleft()
+            if not turns:
+                del self._swaps[replica]
 
     # -- what the charts draw ------------------------------------------------------------------
     def routing(self) -> list[Row]:
@@ -200,12 +228,19 @@ class Rows:
         """The rows of dataset `name` (one of DATASETS)."""
         if name not in DATASETS:
             raise KeyError(f"no dataset {name!r}: one of {list(DATASETS)}")
-        return {"routing": self.routing, "traffic": self.traffic, "recent_marks": self.recent_marks}.get(
+        return {"routing": self.routing, "traffic": self.traffic, "recent_marks": self.recent_marks,
+                "swaps": self.swaps}.get(
             name, lambda: list(getattr(self, f"_{name}")))()
 
     def datasets(self) -> dict[str, list[Row]]:
         """Every chart's rows, by dataset name (DATASETS)."""
         return {name: self.dataset(name) for name in DATASETS}
+
+    def swaps(self) -> list[Row]:
+        """The ATOM replicas' sub-model turns: each replica's last `swap_iterations` iterations
+        within the timeline's window, one row per turn (the swap event plus `iteration` and
+        `resident_from`)."""
+        return [row for turns in self._swaps.values() for row in turns]
 
     def recent_marks(self) -> list[Row]:
         """The marks within the timeline's window (so old ones do not stretch its axis)."""
@@ -214,7 +249,7 @@ class Rows:
 
 
 _FOLDS = {"hop": Rows._hop, "step": Rows._step, "eval": Rows._eval, "load": Rows._load, "peer": Rows._peer_event,
-          "setting": Rows._setting, "sync": Rows._sync, "run": Rows._run}
+          "setting": Rows._setting, "sync": Rows._sync, "run": Rows._run, "swap": Rows._swap}
 
 
 def rows_of_run(run_dir: str | Path) -> Rows:

@@ -16,7 +16,8 @@ Swap-outs are free: device -> host copies of parameters and gradients overlap co
 path (PCIe is full duplex) and take no time on either stream. The host optimizer step is not part
 of an iteration (`labkit.sim.pipelines.global_batch_time` adds it per global batch).
 
-`analytic_profile` (in `labkit.sim.atom_profile_model`) derives a profile from a model shape.
+`analytic_profile` (in `labkit.sim.atom_profile_model`) derives a profile from a model shape;
+`swap_events` turns a timeline into the `swap` events a live replica emits (the lab draws both).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate, pairwise
 
+from labkit import events
 from labkit.config import ConfigError
 from labkit.plan.atom_profile import LayerCost, check_profile
 from labkit.sim.atom_profile_model import GPT3, analytic_profile
@@ -187,5 +189,24 @@ def atom_timeline(profile: Sequence[LayerCost], sizes: Sequence[int], accumulati
     return replace(summarize("atom", intervals, 1, window, accumulation), memory=tuple(memory))
 
 
+def swap_events(timeline: Timeline, replica: str = "sim") -> list[events.Event]:
+    """An ATOM timeline as the `swap` events a live replica emits: one per compute interval (a
+    sub-model's pass over the iteration's C minibatches), with the load that brought the sub-model
+    for it (None when it was still resident), so the lab's swap timeline draws a simulated
+    schedule as it draws a run."""
+    if timeline.schedule != "atom":
+        raise ConfigError("swap_events", "timeline", timeline.schedule, "an ATOM timeline (atom_timeline)")
+    loads = {(iv.unit, iv.phase, iv.batch): iv for iv in timeline.intervals if iv.kind == "load"}
+    out = []
+    for iv in timeline.intervals:
+        if iv.kind == "compute":
+            load = loads.get((iv.unit, iv.phase, iv.batch))
+            start, end = (None, None) if load is None else (load.start, load.end)
+            out.append(events.swap(iv.end, replica=replica, submodel=iv.unit,
+                                   phase="forward" if iv.phase == "fwd" else "backward", load_start=start,
+                                   load_end=end, compute_start=iv.start, compute_end=iv.end))
+    return out
+
+
 __all__ = ["GPT3", "Interval", "Timeline", "analytic_profile", "atom_timeline", "check_sizes", "layer_groups",
-           "stash_bytes", "submodel_bytes", "summarize"]
+           "stash_bytes", "submodel_bytes", "summarize", "swap_events"]

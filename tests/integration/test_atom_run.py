@@ -71,6 +71,14 @@ def test_stage_verbs_are_refused_with_the_reason(tmp_path: Path) -> None:
     assert summary["status"] == "stopped"
 
 
+def test_a_stop_asked_while_the_run_starts_ends_it_and_the_run_sets_torchs_threads() -> None:
+    torch.set_num_threads(2)
+    run = labkit.launch(CFG.replace(steps=5000, threads=1))
+    run.stop()  # while it profiles the model, before any replica exists
+    assert torch.get_num_threads() == 1  # as a SWARM run: one thread each, replicas already run side by side
+    assert run.wait(timeout=60)["status"] == "stopped"
+
+
 def test_atom_with_dask_is_one_clear_error() -> None:
     with pytest.raises(ValueError, match="backend='dask' is not allowed with executor='atom'"):
         labkit.launch(CFG, backend="dask")

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import pytest
 
 import labkit
-from labkit.config import CompressionConfig, ConfigError, RunConfig, SyncConfig
-from labkit.lab.form import LaunchForm, field_comments
+from labkit.config import AtomConfig, CompressionConfig, ConfigError, ModelConfig, RunConfig, SyncConfig
+from labkit.lab.form import ONLY, LaunchForm, field_comments
 
 
 def shown(form: LaunchForm) -> dict[str, str]:
@@ -61,6 +61,9 @@ def test_field_comments_are_read_from_the_source() -> None:
     ("rebalance_period", "-1", lambda cfg: cfg.replace(rebalance_period=-1.0)),
     ("sync.outer_lr", "3", lambda cfg: SyncConfig(outer_lr=3.0)),
     ("compression.factor", "0", lambda cfg: CompressionConfig(factor=0)),
+    ("atom.replicas", "0", lambda cfg: AtomConfig(replicas=0)),
+    ("atom.budget_mb", "-1", lambda cfg: AtomConfig(budget_mb=-1.0)),
+    ("atom.accumulation", "0", lambda cfg: AtomConfig(accumulation=0)),
 ])
 def test_a_refused_value_shows_the_configs_error_beside_its_field(small_run: RunConfig, key: str, typed: str,
                                                                     build: Callable[[RunConfig], object]) -> None:
@@ -82,6 +85,8 @@ def test_a_refused_value_shows_the_configs_error_beside_its_field(small_run: Run
     ("lr", "fast", "RunConfig.lr='fast' is not allowed: a number"),
     ("sync.inner_steps", "2.5", "SyncConfig.inner_steps='2.5' is not allowed: an integer"),
     ("peers", "2,x", "RunConfig.peers='2,x' is not allowed: an integer, or a comma list of integers (one per stage)"),
+    ("atom.budget_mb", "lots", "AtomConfig.budget_mb='lots' is not allowed: blank (the least budget that fits) or a "
+                               "number of MB"),
 ])
 def test_a_value_that_does_not_parse_says_what_is_allowed(small_run: RunConfig, key: str, typed: str, want: str) -> None:
     form = LaunchForm(lambda cfg, options: None, defaults=small_run)
@@ -103,6 +108,37 @@ def test_errors_across_configs_show_beside_the_field_to_change(small_run: RunCon
     delayed.fields["sync.mode"].value = "diloco"
     want = message(lambda: small_run.replace(delayed_updates=True, sync=SyncConfig(mode="diloco")))
     assert shown(delayed) == {"sync.mode": want} and delayed.launch_button.disabled
+
+
+def test_the_executor_choice_builds_an_atom_config_and_greys_out_the_other_executors_fields(
+        small_run: RunConfig) -> None:
+    form = LaunchForm(lambda cfg, options: None, defaults=small_run)
+    assert form.fields["executor"].value == "swarm" and form.fields["atom.budget_mb"].value == ""  # None: blank
+    assert all(form.fields[key].disabled for key in ONLY["atom"]) and not form.fields["stages"].disabled
+    form.fields["executor"].value = "atom"
+    assert all(form.fields[key].disabled for key in ONLY["swarm"])
+    assert not any(form.fields[key].disabled for key in ONLY["atom"])
+    form.fields["atom.replicas"].value = "3"
+    form.fields["atom.accumulation"].value = "4"
+    form.fields["atom.budget_mb"].value = "1.5"
+    form.fields["atom.prefetch"].value = False
+    assert shown(form) == {} and not form.launch_button.disabled
+    assert form.config() == small_run.replace(executor="atom", atom=AtomConfig(replicas=3, accumulation=4,
+                                                                              budget_mb=1.5, prefetch=False))
+    form.fields["atom.budget_mb"].value = ""
+    assert form.config().atom.budget_mb is None
+
+    form.fields["backend"].value = "dask"  # ATOM's replicas are threads of this kernel
+    assert shown(form) == {"backend": "launch.backend='dask' is not allowed: one of ['inprocess'] with "
+                                      "executor='atom' (its replicas run as threads of this kernel)"}
+    assert form.launch_button.disabled
+    form.fields["executor"].value = "swarm"
+    assert shown(form) == {} and form.config().executor == "swarm"
+
+    shared = small_run.replace(model=ModelConfig(size="nano", seq_len=32, share_layers=True))
+    form = LaunchForm(lambda cfg, options: None, defaults=shared)
+    form.fields["executor"].value = "atom"
+    assert shown(form) == {"executor": message(lambda: shared.replace(executor="atom"))}
 
 
 def test_backend_choices_give_launch_options(small_run: RunConfig) -> None:

@@ -8,7 +8,8 @@ import pytest
 import vl_convert
 
 from labkit import events as ev
-from labkit.lab.charts import CHARTS, with_data
+from labkit.config import RunConfig
+from labkit.lab.charts import CHARTS, chart_names, with_data
 from labkit.lab.rows import Rows, Windows, hop_shares, rows_of_run
 
 
@@ -83,11 +84,63 @@ def test_hop_shares_reads_one_time_window() -> None:
     assert hop_shares(events, (10.8, float("inf"))) == {"s0p0": 1.0}
 
 
+def turn(t: float, replica: str, submodel: int, phase: str, loaded: bool = True) -> ev.Event:
+    """A 0.1 s turn starting at t; a load of 0.05 s just before it unless the copy was resident."""
+    load = (t - 0.05, t) if loaded else (None, None)
+    return ev.swap(t + 0.1, replica=replica, submodel=submodel, phase=phase, load_start=load[0], load_end=load[1],
+                   compute_start=t, compute_end=t + 0.1)
+
+
+def atom_run(t0: float, replicas: tuple[str, ...] = ("r0",), iterations: int = 3) -> list[ev.Event]:
+    """Iterations of three sub-models (one optimizer step): forward 0, 1, then 2's forward and
+    backward in one turn, backward 1 (still resident) and 0; the next forward finds 0 resident."""
+    out, t = [], t0
+    for it in range(iterations):
+        for submodel, phase, loaded in ((0, "forward", it == 0), (1, "forward", True), (2, "forward+backward", True),
+                                        (1, "backward", False), (0, "backward", True)):
+            out += [turn(t, replica, submodel, phase, loaded) for replica in replicas]
+            t += 0.1
+    return out
+
+
+def test_swap_turns_keep_each_replicas_last_iterations_and_their_residency() -> None:
+    rows = Rows(windows=Windows(swap_iterations=2))
+    rows.extend(atom_run(0.0, ("r0", "r1")))
+    swaps = rows.dataset("swaps")
+    assert [(r["replica"], r["iteration"]) for r in swaps] == [("r0", 1)] * 5 + [("r0", 2)] * 5 + [("r1", 1)] * 5 + [("r1", 2)] * 5
+    last = swaps[5:10]  # r0's last iteration, starting at t = 1.0
+    assert [(r["submodel"], r["phase"], r["load_start"]) for r in last] == [
+        (0, "forward", None), (1, "forward", pytest.approx(1.05)), (2, "forward+backward", pytest.approx(1.15)),
+        (1, "backward", None), (0, "backward", pytest.approx(1.35))]
+    # a resident copy's turn shows when that copy started loading: backward 1 its forward's load,
+    # forward 0 the previous iteration's backward load of sub-model 0
+    assert [r["resident_from"] for r in last] == pytest.approx([0.85, 1.05, 1.15, 1.05, 1.35])
+    version = rows.versions["swaps"]
+    rows.add(turn(1.6, "r0", 0, "forward", loaded=False))
+    assert rows.versions["swaps"] > version and [r["iteration"] for r in rows.swaps() if r["replica"] == "r0"] == [2] * 5 + [3]
+
+
+def test_swap_turns_older_than_the_timeline_expire_with_their_replica() -> None:
+    rows = Rows(windows=Windows(timeline_s=2.0)).extend(atom_run(0.0, ("r0", "r1"), iterations=1))
+    rows.extend(atom_run(0.5, ("r0",), iterations=5)[5:])  # r1 left; r0 goes on until t = 3.0
+    assert {r["replica"] for r in rows.swaps()} == {"r0"} and min(r["compute_end"] for r in rows.swaps()) >= 1.0
+
+
+def test_chart_names_follow_the_executor() -> None:
+    assert chart_names("atom") == ("swaps", "throughput", "loss")
+    assert chart_names("swarm") == ("routing", "loads", "timeline", "throughput", "loss", "traffic")
+    assert Rows.for_config(RunConfig(executor="atom")).executor == "atom"
+
+
 def test_every_chart_renders_the_rows_offline() -> None:
-    data = Rows(tokens_per_microbatch=128).extend(known_run()).datasets()
+    data = Rows(tokens_per_microbatch=128).extend(known_run() + atom_run(13.0, ("r0", "r1"))).datasets()
     for name, make in CHARTS.items():
+        assert data[name], name
         svg = vl_convert.vegalite_to_svg(with_data(make().to_dict(), data))
         assert svg.startswith("<svg") and "<path" in svg, name
+    svg = vl_convert.vegalite_to_svg(with_data(CHARTS["swaps"]().to_dict(), data))
+    for text in ("ATOM swap timeline (Figure 12)", "execution", "device", "r0", "r1", "forward+backward", "loading", "resident"):
+        assert f">{text}<" in svg, text
 
 
 def test_a_run_directory_without_events_or_with_a_bad_line_is_refused(tmp_path) -> None:

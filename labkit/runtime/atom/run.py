@@ -43,16 +43,30 @@ WHY_NOT = {
 }
 
 
+JOIN_SECONDS = 60.0  # how long the end of a run waits for replicas to leave their interrupted iterations
+
+
+def one_stage(cfg: RunConfig) -> RunConfig:
+    """`cfg` as one stage holding the whole model: how an ATOM run evaluates and checkpoints."""
+    return cfg.replace(stages=1, peers=1)
+
+
+def accumulation(cfg: RunConfig) -> int:
+    """C in effect: an iteration never takes more microbatches than a step has."""
+    return min(cfg.atom.accumulation, cfg.microbatches_per_step)
+
+
 def device_budget(cfg: RunConfig, profile: tuple[LayerCost, ...]) -> tuple[int, int]:
     """(the device budget in bytes, the part of it left for sub-models after the activations in
     flight): `budget_mb`, or the least budget in which some partition works at this C."""
-    flow = int(flow_bytes(profile, cfg.atom.accumulation))
-    least = math.ceil(least_budget(profile, cfg.atom.accumulation, together=True))
+    c = accumulation(cfg)
+    flow = math.ceil(flow_bytes(profile, c, target_bytes=cfg.microbatch * cfg.model.seq_len * 8))  # int64 targets
+    least = math.ceil(least_budget(profile, c, together=True))
     if cfg.atom.budget_mb is None:
         return flow + least, least
     budget = int(cfg.atom.budget_mb * 1e6)
     if budget < flow + least:
-        raise ValueError(f"atom.budget_mb={cfg.atom.budget_mb} is not allowed: at accumulation={cfg.atom.accumulation} "
+        raise ValueError(f"atom.budget_mb={cfg.atom.budget_mb} is not allowed: at accumulation={c} "
                          f"and microbatch={cfg.microbatch} the activations in flight need {flow / 1e6:.3f} MB and the "
                          f"smallest partition of this profile {least / 1e6:.3f} MB more: budget_mb >= "
                          f"{(flow + least) / 1e6:.3f} works (or None, that least budget)")
@@ -67,13 +81,19 @@ class AtomRun(RunHandle):
         if cfg.atom.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("atom.device='cuda' is not allowed here: torch.cuda.is_available() is False (a CPU "
                              "build of torch, or no GPU visible); use 'cpu'")
-        self._resume = None if resume is None else load_checkpoint(resume, cfg.replace(stages=1))
+        try:
+            self._resume = None if resume is None else load_checkpoint(resume, one_stage(cfg))
+        except ValueError as exc:
+            raise ValueError(f"executor='atom' resumes a one-stage checkpoint (the whole model, as ATOM and "
+                             f"one-stage SWARM runs write): {exc}") from None
+        if cfg.threads:  # process-wide, as the in-process SWARM backend sets it
+            torch.set_num_threads(cfg.threads)
         self.config = cfg
         self.run_dir, self.events = open_record(cfg, run_dir, trace)
         self._totals = RunTotals(1)
         self.events.listeners.append(self._totals.add)
         self._replicas: AtomReplicas | None = None
-        self._ready, self._done = threading.Event(), threading.Event()
+        self._ready, self._done, self._stop = threading.Event(), threading.Event(), threading.Event()
         self._summary: dict[str, Any] = {}
         self._snapshots: list[Future] = []
         self._lock = threading.Lock()
@@ -92,7 +112,7 @@ class AtomRun(RunHandle):
             profile = measure_profile(build_stage(cfg.model, 0, cfg.model.n_layer, params), cfg.atom.device,
                                       cfg.microbatch)
             budget, for_submodels = device_budget(cfg, profile)
-            plan = partition(profile, for_submodels, cfg.atom.accumulation, together=True)
+            plan = partition(profile, for_submodels, accumulation(cfg), together=True)
             self.events.emit(events.setting(self._clock(), name="atom_partition", value={
                 "sizes": list(plan.sizes), "budget_bytes": budget, "model_bytes": int(sum(x.memory for x in profile)),
                 "layers": [layer.name for layer in profile]}))
@@ -108,10 +128,13 @@ class AtomRun(RunHandle):
             self._ready.set()
             self.events.emit(events.run(self._clock(), state="started", reason=corpus.describe()))
             self._eval(replicas)
-            replicas.start()
-            while not replicas.stopping:
+            if not self._stop.is_set():  # a stop asked while starting counts too
+                replicas.start()
+            while not replicas.stopping and not self._stop.is_set():
                 with replicas.cond:
                     replicas.cond.wait(timeout=0.2)
+            replicas.stop()
+            replicas.join(JOIN_SECONDS)
             self._finish(replicas, corpus.describe())
         except Exception as exc:
             self._summary = {"status": "failed", **self._totals.summary(None), "error": f"{type(exc).__name__}: {exc}"}
@@ -122,7 +145,7 @@ class AtomRun(RunHandle):
             self._done.set()
 
     def _eval(self, replicas: AtomReplicas) -> None:
-        one = self.config.replace(stages=1)
+        one = one_stage(self.config)
         loss = self._evaluate(one, [replicas.live()[0].model.state_dict()])
         self.events.emit(events.evaluation(self._clock(), step=replicas.ledger.step, val_loss=loss))
 
@@ -141,7 +164,7 @@ class AtomRun(RunHandle):
         replica = self._replicas.live()[0]
         state = {"params": {k: v.detach().clone() for k, v in replica.model.state_dict().items()},
                  "optimizer": copy.deepcopy(replica.optimizer.state_dict())}
-        return Snapshot(self.config.replace(stages=1), self._replicas.ledger.step, [state])
+        return Snapshot(one_stage(self.config), self._replicas.ledger.step, [state])
 
     def _finish(self, replicas: AtomReplicas, corpus: str) -> None:
         status = ("failed" if replicas.error is not None else "diverged" if replicas.diverged
@@ -178,6 +201,7 @@ class AtomRun(RunHandle):
         if name in WHY_NOT:
             raise ValueError(f"{name} is not available with executor='atom': {WHY_NOT[name]}")
         if name == "stop":
+            self._stop.set()
             if self._replicas is not None:
                 self._replicas.stop()
             return None

@@ -8,7 +8,7 @@ import pytest
 
 from labkit.config import ConfigError
 from labkit.plan.atom_profile import LayerCost
-from labkit.sim.atom import analytic_profile, atom_timeline, stash_bytes, submodel_bytes
+from labkit.sim.atom import analytic_profile, atom_timeline, stash_bytes, submodel_bytes, swap_events
 from labkit.sim.pipelines import (
     balanced_stages,
     global_batch_time,
@@ -228,3 +228,19 @@ def test_timelines_are_deterministic():
     profile = analytic_profile("gpt3-large", "GTX1080Ti", 1, 2048)
     assert atom_timeline(profile, (9, 9, 8), 4, budget_bytes=11e9) == atom_timeline(profile, (9, 9, 8), 4, budget_bytes=11e9)
     assert pipedream_timeline(profile, (7, 7, 7, 5), 8, 4e8) == pipedream_timeline(profile, (7, 7, 7, 5), 8, 4e8)
+
+
+def test_swap_events_replay_the_schedule_as_a_live_replica_reports_it():
+    """The three-sub-model case above as swap events: every compute run is one turn, in time
+    order, its load attached when the sub-model was loaded for it; the first run of an
+    iteration's backward (sub-model 2, right after its forward) and the next forward of
+    sub-model 0 (right after its backward) find their sub-model resident."""
+    t = atom_timeline(_uniform(3), (1, 1, 1), 1, budget_bytes=2.0, iterations=2)
+    turns = swap_events(t, replica="r0")
+    assert len(turns) == 12 and [e["t"] for e in turns] == sorted(e["t"] for e in turns)
+    second = [(e["submodel"], e["phase"], e["load_start"]) for e in turns[6:]]
+    assert second == [(0, "forward", None), (1, "forward", 15.0), (2, "forward", 18.0), (2, "backward", None),
+                      (1, "backward", 21.0), (0, "backward", 24.0)]
+    assert all(e["type"] == "swap" and e["replica"] == "r0" for e in turns)
+    with pytest.raises(ConfigError, match="an ATOM timeline"):
+        swap_events(gpipe_timeline(_uniform(2), (1, 1), 2, 1e9))
