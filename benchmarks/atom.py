@@ -32,6 +32,7 @@ Last line: `atom_busy=<busy with prefetch> atom_vs_resident=<resident s / prefet
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -186,7 +187,8 @@ def main() -> None:
     prefetch, _, resident = configurations
     print(f"\nmodel={args.size} seq_len={args.seq_len} microbatch={args.microbatch} accumulation={c} "
           f"iterations={args.iterations} repeats={args.repeats} threads={args.threads} device={args.device} "
-          f"budget_fraction={args.budget_fraction} ({time.perf_counter() - started:.0f} s measuring)")
+          f"budget_fraction={args.budget_fraction} ({time.perf_counter() - started:.0f} s measuring, load average "
+          f"{os.getloadavg()[0]:.1f})")
     print(f"| {'configuration':<13} | {'sizes':<20} | {'budget':>10} | {'peak':>10} | {'s/iteration':>11} | "
           f"{'cold s':>7} | {'load s/it':>9} | {'busy':>5} | {'resident s / this s':>19} |")
     print(f"| {'-' * 13} | {'-' * 20} | {'-' * 10:} | {'-' * 10} | {'-' * 11} | {'-' * 7} | {'-' * 9} | {'-' * 5} | "
