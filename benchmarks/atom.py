@@ -14,7 +14,9 @@ Three configurations of `SwapReplica` train the same host model on the same micr
 A measurement is one step's worth of work without the optimizer (the same host-side work in all
 three): a cold first iteration (the swapped cases load sub-model 0, the resident case the whole
 model), then `--iterations` timed iterations, then `release_all()` as a step does. Repeats
-alternate the order of the three (ABC, CBA, ...) to cancel drift on a shared machine; medians.
+alternate the order of the three (ABC, CBA, ...) to cancel drift on a shared machine; medians,
+and the fastest step of each, which other jobs' bursts (seconds long, so they hit one measurement
+and spare the next) can only slow down.
 
 busy = the compute spans' seconds / the window from the first load or compute start to the last
 compute end, over the timed iterations. atom_vs_resident = resident seconds per iteration /
@@ -96,6 +98,9 @@ class Configuration:
 
     def median(self, field: str) -> float:
         return statistics.median(getattr(run, field) for run in self.runs)
+
+    def fastest(self) -> float:
+        return min(run.seconds for run in self.runs)
 
 
 def _timeline(spans: list[SwapSpan]) -> tuple[float, float, float]:
@@ -201,6 +206,8 @@ def main() -> None:
               f"{conf.median('busy'):>5.3f} | {resident.median('seconds') / conf.median('seconds'):>19.3f} |")
     paired = [r.seconds / p.seconds for r, p in zip(resident.runs, prefetch.runs)]
     print(f"paired resident/prefetch per repeat: {', '.join(f'{x:.3f}' for x in paired)}")
+    print("fastest step, s/iteration: " + ", ".join(f"{conf.name} {conf.fastest():.3f}" for conf in configurations)
+          + f"; resident/prefetch {resident.fastest() / prefetch.fastest():.3f}")
     print(f"atom_busy={prefetch.median('busy'):.3f} "
           f"atom_vs_resident={resident.median('seconds') / prefetch.median('seconds'):.3f}")
 
