@@ -196,7 +196,7 @@ def main() -> None:
           f"{os.getloadavg()[0]:.1f})")
     print(f"| {'configuration':<13} | {'sizes':<20} | {'budget':>10} | {'peak':>10} | {'s/iteration':>11} | "
           f"{'cold s':>7} | {'load s/it':>9} | {'busy':>5} | {'resident s / this s':>19} |")
-    print(f"| {'-' * 13} | {'-' * 20} | {'-' * 10:} | {'-' * 10} | {'-' * 11} | {'-' * 7} | {'-' * 9} | {'-' * 5} | "
+    print(f"| {'-' * 13} | {'-' * 20} | {'-' * 10} | {'-' * 10} | {'-' * 11} | {'-' * 7} | {'-' * 9} | {'-' * 5} | "
           f"{'-' * 19} |")
     for conf in configurations:
         replica = conf.replica
