@@ -37,15 +37,15 @@ import argparse
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from labkit.config import MODEL_SIZES, AtomConfig, DataConfig, ModelConfig, RunConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import Stage
-from labkit.plan.atom_partition import least_budget, partition
-from labkit.runtime.atom.profile import flow_bytes, measure_profile
+from labkit.plan.atom_partition import partition
+from labkit.runtime.atom.profile import measure_profile
 from labkit.runtime.atom.run import device_budget
 from labkit.runtime.atom.swap import SwapReplica, SwapSpan
 from labkit.runtime.reference import reference_model
@@ -155,16 +155,16 @@ def main() -> None:
           flush=True)
     profile = measure_profile(model, args.device, args.microbatch)
     whole = sum(layer.memory for layer in profile)
-    flow = flow_bytes(profile, c)
+    atom = AtomConfig(budget_mb=args.budget_fraction * whole / 1e6, accumulation=c, device=args.device)
     try:
-        atom = AtomConfig(budget_mb=args.budget_fraction * whole / 1e6, accumulation=c, device=args.device)
         budget, for_submodels = device_budget(cfg.replace(atom=atom), profile)
-        plan = partition(profile, for_submodels, c, together=True)
     except ValueError as exc:
-        least = flow + least_budget(profile, c)
+        least, _ = device_budget(cfg.replace(atom=replace(atom, budget_mb=None)), profile)
         raise SystemExit(f"--budget-fraction {args.budget_fraction} of the model's {_mb(whole)} of parameters and "
                          f"gradients is infeasible: {exc}\nthe least budget, {_mb(least)}, is --budget-fraction "
                          f"{least / whole:.3f}") from exc
+    flow = budget - for_submodels
+    plan = partition(profile, for_submodels, c, together=True)
     if len(plan.sizes) == 1:
         print("note: the budget holds the whole model, so the swapped cases do not swap")
     all_tensors = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
