@@ -77,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="swarm: a pipeline of stages; atom: whole-model replicas swapping sub-models (seed 004)")
     p.add_argument("--replicas", type=int, default=atom.replicas, help="atom: whole-model replicas")
     p.add_argument("--budget-mb", type=float, default=atom.budget_mb,
-                   help="atom: device memory per replica in MB (default: the least in which two neighbouring layers fit)")
+                   help="atom: device memory per replica in MB (default: the least that works, activations in flight included)")
     p.add_argument("--accumulation", type=int, default=atom.accumulation,
                    help="atom: C, microbatches run forward before backward")
     p.add_argument("--device", choices=ATOM_DEVICES, default=atom.device, help="atom: where sub-models compute")
