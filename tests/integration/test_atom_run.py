@@ -88,12 +88,17 @@ def test_an_atom_checkpoint_resumes_as_one_swarm_stage_and_as_atom(tmp_path: Pat
     first = labkit.launch(CFG.replace(steps=2), run_dir=tmp_path / "atom")
     assert first.wait(timeout=120)["status"] == "finished"
     checkpoint = tmp_path / "atom" / "checkpoint.pt"
+    sampler = WindowSampler(load_corpus(CFG.data).train, CFG.model.seq_len, CFG.seed)
+    reference, _ = train_reference(CFG.replace(steps=3), sampler)
     for name, cfg in [("swarm", CFG.replace(executor="swarm", stages=1, peers=1, trainers=1, steps=3)),
                       ("atom-again", CFG.replace(steps=3))]:
         run = labkit.launch(cfg, run_dir=tmp_path / name, resume=checkpoint)
         summary = run.wait(timeout=120)
         assert summary["status"] == "finished" and summary["steps"] == 3, (name, summary)
         assert [e["step"] for e in run.events.history("step")] == [3], name
+        got = torch.load(tmp_path / name / "checkpoint.pt", weights_only=False)["stages"][0]["params"]
+        worst = max(float((got[k] - v).abs().max()) for k, v in reference.state_dict().items())
+        assert worst <= 1e-10, (name, worst)  # as if the run had never stopped
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
