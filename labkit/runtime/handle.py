@@ -34,6 +34,7 @@ from labkit.events import Event, hop_line
 from labkit.runtime.checkpoint import save_checkpoint
 from labkit.runtime.eventlog import EventLog
 from labkit.runtime.files import claim, write_json
+from labkit.runtime.totals import RunTotals
 
 # The steering verbs every backend forwards to its coordinator (the rest are served by the handle).
 STEERING_VERBS = ("stop", "kill_peer", "add_peer", "move_peer", "rebalance", "set_layer_split", "set_peer_delay",
@@ -72,6 +73,30 @@ def open_record(cfg: RunConfig, run_dir: str | Path | None, trace: bool) -> tupl
     if trace:
         trace_hops(log)
     return path, log
+
+
+def ended_summary(status: str, steps: int, totals: RunTotals, seconds: float, corpus: str,
+                  error: BaseException | None, reason: str | None, **extra: Any) -> dict[str, Any]:
+    """The summary of a run that ended `status` after `steps` steps: its totals (the validation
+    loss after only if measured at that step; none for a failed run), time, corpus, and the error
+    or the reason (a divergence) when there is one."""
+    summary = {"status": status, "steps": steps, **totals.summary(None if status == "failed" else steps),
+               "seconds": seconds, "corpus": corpus, **extra}
+    if error is not None:
+        summary["error"] = f"{type(error).__name__}: {error}"
+    if reason:
+        summary["reason"] = reason
+    return summary
+
+
+def leave_record(run_dir: Path | None, summary: dict[str, Any], final: Snapshot, pending: list[Future]) -> None:
+    """Hand the final state to snapshot requests no step will serve any more, and leave the
+    final checkpoint and summary.json in the run directory (the summary notes the checkpoint)."""
+    for future in pending:
+        future.set_result(final)
+    if run_dir:
+        summary["checkpoint"] = str(final.save(run_dir / "checkpoint.pt"))
+        write_json(run_dir / "summary.json", summary, "summary")
 
 
 def trace_hops(log: EventLog) -> None:

@@ -21,8 +21,7 @@ from labkit.model.assembly import initial_states
 from labkit.runtime.checkpoint import load_checkpoint
 from labkit.runtime.coordinator import Coordinator
 from labkit.runtime.evaluate import Validation
-from labkit.runtime.files import write_json
-from labkit.runtime.handle import RunHandle, Snapshot, open_record
+from labkit.runtime.handle import RunHandle, Snapshot, ended_summary, leave_record, open_record
 from labkit.runtime.ports import PeerFactory
 from labkit.runtime.totals import RunTotals
 
@@ -111,20 +110,11 @@ class LocalRun(RunHandle):
         status = self._status(c)
         if status != "failed" and self._totals.val_step != c.ledger.step:
             c.evaluate()  # stopped (or diverged) between evaluations: measure the state it ends with
-        ended_at = None if status == "failed" else c.ledger.step
-        self._summary = {"status": status, "steps": c.ledger.step, **self._totals.summary(ended_at),
-                         "seconds": time.perf_counter() - self._started, "corpus": corpus}
-        if c.error is not None:
-            self._summary["error"] = f"{type(c.error).__name__}: {c.error}"
-        if status == "diverged":
-            self._summary["reason"] = self._totals.diverged
+        self._summary = ended_summary(status, c.ledger.step, self._totals, time.perf_counter() - self._started, corpus,
+                                      c.error, self._totals.diverged if status == "diverged" else None)
         with self._lock:  # requests no boundary will serve any more get the final state
             pending, self._snapshots, self._final = self._snapshots, [], True
-        for future in pending:
-            future.set_result(self._capture())
-        if self.run_dir:
-            self._summary["checkpoint"] = str(self._capture().save(self.run_dir / "checkpoint.pt"))
-            write_json(self.run_dir / "summary.json", self._summary, "summary")
+        leave_record(self.run_dir, self._summary, self._capture(), pending)
         reason = self._summary.get("error") or self._summary.get("reason", "")
         self.events.emit(events.run(c.clock(), state=status, reason=reason))
 

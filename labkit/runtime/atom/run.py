@@ -29,8 +29,7 @@ from labkit.runtime.atom.profile import flow_bytes, measure_profile
 from labkit.runtime.atom.replicas import AtomReplicas
 from labkit.runtime.checkpoint import load_checkpoint
 from labkit.runtime.evaluate import Validation
-from labkit.runtime.files import write_json
-from labkit.runtime.handle import RunHandle, Snapshot, open_record
+from labkit.runtime.handle import RunHandle, Snapshot, ended_summary, leave_record, open_record
 from labkit.runtime.totals import RunTotals
 
 WHY_NOT = {
@@ -161,10 +160,8 @@ class AtomRun(RunHandle):
 
     def _capture(self) -> Snapshot:
         """The committed state as a one-stage checkpoint: the whole model and its optimizer state."""
-        replica = self._replicas.live()[0]
-        state = {"params": {k: v.detach().clone() for k, v in replica.model.state_dict().items()},
-                 "optimizer": copy.deepcopy(replica.optimizer.state_dict())}
-        return Snapshot(one_stage(self.config), self._replicas.ledger.step, [state])
+        replicas = self._replicas
+        return Snapshot(one_stage(self.config), replicas.ledger.step, [replicas.peer_state(replicas.live()[0].name)])
 
     def _finish(self, replicas: AtomReplicas, corpus: str) -> None:
         status = ("failed" if replicas.error is not None else "diverged" if replicas.diverged
@@ -173,20 +170,11 @@ class AtomRun(RunHandle):
             if status != "failed" and self._totals.val_step != replicas.ledger.step:
                 self._eval(replicas)
             snapshot = self._capture()
-        ended_at = None if status == "failed" else replicas.ledger.step
-        self._summary = {"status": status, "steps": replicas.ledger.step, **self._totals.summary(ended_at),
-                         "seconds": time.perf_counter() - self._started, "corpus": corpus, "executor": "atom"}
-        if replicas.error is not None:
-            self._summary["error"] = f"{type(replicas.error).__name__}: {replicas.error}"
-        if replicas.diverged:
-            self._summary["reason"] = replicas.diverged
+        self._summary = ended_summary(status, replicas.ledger.step, self._totals, time.perf_counter() - self._started,
+                                      corpus, replicas.error, replicas.diverged, executor="atom")
         with self._lock:
             pending, self._snapshots = self._snapshots, []
-        for future in pending:
-            future.set_result(snapshot)
-        if self.run_dir:
-            self._summary["checkpoint"] = str(snapshot.save(self.run_dir / "checkpoint.pt"))
-            write_json(self.run_dir / "summary.json", self._summary, "summary")
+        leave_record(self.run_dir, self._summary, snapshot, pending)
         self.events.emit(events.run(self._clock(), state=status, reason=self._summary.get("error") or
                                     self._summary.get("reason", "")))
 
