@@ -76,16 +76,18 @@ def _perfect_below(cost: np.ndarray, thr: float, match_l: np.ndarray) -> bool:
 
 
 @njit(cache=True)
-def bottleneck_matching(cost: np.ndarray) -> tuple[float, np.ndarray]:
-    """Perfect matching (row i -> column match[i]) minimizing the largest chosen cost (Eq. 3)."""
+def bottleneck_value(cost: np.ndarray, match: np.ndarray) -> float:
+    """The least cost at which rows and columns have a perfect matching (Eq. 3's bottleneck),
+    the matching left in `match`. The lower bound (every row and column needs one edge) is tried
+    first, as it is often the answer; otherwise a binary search over the costs above it."""
     m = cost.shape[0]
-    values = np.sort(cost.ravel())
     bound = 0.0
-    for i in range(m):  # every row and column needs one edge: a lower bound on the answer
+    for i in range(m):
         bound = max(bound, cost[i].min(), cost[:, i].min())
-    lo = np.searchsorted(values, bound)
-    hi = len(values) - 1
-    match = np.empty(m, np.int64)
+    if _perfect_below(cost, bound, match):
+        return bound
+    values = np.unique(cost.ravel())
+    lo, hi = np.searchsorted(values, bound) + 1, len(values) - 1
     while lo < hi:
         mid = (lo + hi) // 2
         if _perfect_below(cost, values[mid], match):
@@ -93,7 +95,14 @@ def bottleneck_matching(cost: np.ndarray) -> tuple[float, np.ndarray]:
         else:
             lo = mid + 1
     _perfect_below(cost, values[lo], match)
-    return values[lo], match
+    return values[lo]
+
+
+@njit(cache=True)
+def bottleneck_matching(cost: np.ndarray) -> tuple[float, np.ndarray]:
+    """Perfect matching (row i -> column match[i]) minimizing the largest chosen cost (Eq. 3)."""
+    match = np.empty(cost.shape[0], np.int64)
+    return bottleneck_value(cost, match), match
 
 
 @njit(cache=True)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from labkit.kernels.plan_cost import _perfect_below, open_tsp
+from labkit.kernels.plan_cost import bottleneck_value, open_tsp
 
 EPS = 1e-12
 
@@ -91,30 +91,10 @@ def _pair_costs(ga: np.ndarray, gb: np.ndarray, w_pp: np.ndarray, sub: np.ndarra
     below the bottleneck leaves out): zero when one more good pairing would lower the bottleneck,
     and concave in the devices still in the way, so gathering them in few boundaries pays."""
     m = ga.shape[0]
-    bound = 0.0
     for i in range(m):
-        rmin = np.inf
         for j in range(m):
-            c = w_pp[ga[i], gb[j]]
-            sub[i, j] = c
-            rmin = min(rmin, c)
-        bound = max(bound, rmin)
-    for j in range(m):
-        cmin = np.inf
-        for i in range(m):
-            cmin = min(cmin, sub[i, j])
-        bound = max(bound, cmin)
-    bott = bound
-    if not _perfect_below(sub, bound, match):  # else the lower bound is already feasible
-        values = np.unique(sub.ravel())
-        lo, hi = np.searchsorted(values, bound) + 1, values.shape[0] - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _perfect_below(sub, values[mid], match):
-                hi = mid
-            else:
-                lo = mid + 1
-        bott = values[lo]
+            sub[i, j] = w_pp[ga[i], gb[j]]
+    bott = bottleneck_value(sub, match)
     below = -np.inf
     for i in range(m):
         for j in range(m):
