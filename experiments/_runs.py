@@ -1,7 +1,10 @@
-"""Shared by the compression and DiLoCo experiments: run a config to the end and keep its summary."""
+"""Shared by the experiments: run configs to the end and keep their summaries, print tables, and
+parse the common `--out` flag."""
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -28,3 +31,13 @@ def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     print("|" + " --- |" * len(columns))
     for row in rows:
         print("| " + " | ".join(row) + " |")
+
+
+def parse_with_out(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, Path]:
+    """Add `--out` (the results' folder, default docs/figures) to an experiment's flags, parse
+    them, and make the folder."""
+    parser.add_argument("--out", default="docs/figures")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return args, out

@@ -26,8 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
+from experiments._runs import parse_with_out
 from labkit.sim.atom import analytic_profile, atom_timeline, stash_bytes, submodel_bytes
 from labkit.sim.hardware import DEVICES
 from labkit.sim.pipelines import (
@@ -152,10 +152,7 @@ def print_tables(f14: list[dict], f16: list[dict], sweep: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="docs/figures")
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    args, out = parse_with_out(parser)
     start = time.perf_counter()
     f14 = [row for device in DEVICE_NAMES for model in MODELS for row in fig14(device, model)]
     f16 = [row for device in DEVICE_NAMES for model in FIG16_MODELS for row in fig16(device, model)]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
+from experiments._runs import parse_with_out
 from labkit.cli.plan import save_chart
 from labkit.plan.cluster import plan_cluster
 from labkit.plan.presets import preset
@@ -21,10 +21,7 @@ from labkit.plan.presets import preset
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="docs/figures")
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    args, out = parse_with_out(parser)
     s = preset("ps_realworld")
     chosen = plan_cluster(s, max_stages=8)
     rows = []

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments._runs import parse_with_out
 from labkit.cli.plan import save_chart
 from labkit.plan.dtfm import RANDOM_SEEDS, plan_dtfm
 from labkit.plan.presets import DTFM_CASES, preset
@@ -58,10 +59,7 @@ def convergence_chart(results: list[dict], path: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--generations", type=int, default=60)
-    parser.add_argument("--out", default="docs/figures")
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    args, out = parse_with_out(parser)
     start = time.perf_counter()
     results = [run_case(name, args.generations) for name in DTFM_CASES]
     (out / "dtfm_cases.json").write_text(json.dumps(results))
