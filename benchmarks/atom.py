@@ -46,7 +46,7 @@ from labkit.data import WindowSampler, load_corpus
 from labkit.model import Stage
 from labkit.plan.atom_partition import partition
 from labkit.runtime.atom.profile import measure_profile
-from labkit.runtime.atom.run import device_budget
+from labkit.runtime.atom.engine import device_budget
 from labkit.runtime.atom.swap import SwapReplica, SwapSpan
 from labkit.runtime.reference import reference_model
 

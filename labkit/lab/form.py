@@ -24,7 +24,6 @@ import ipywidgets
 from labkit import config as config_module
 from labkit.config import (ATOM_DEVICES, BOUNDARIES, EXECUTORS, MODEL_SIZES, SYNC_MODES, WIRE_CODECS, AtomConfig,
                            CompressionConfig, ConfigError, ModelConfig, RunConfig, SyncConfig, even_split)
-from labkit.runtime.launch import ATOM_BACKENDS
 
 BACKENDS = (("in-process", "inprocess"), ("embedded Dask cluster", "dask"), ("scheduler address", "scheduler"))
 SECTIONS = {"model": ModelConfig, "compression": CompressionConfig, "sync": SyncConfig,
@@ -166,9 +165,9 @@ class LaunchForm:
         if self.fields["backend"].value == "scheduler" and not self.fields["scheduler"].value.strip():
             errors["scheduler"] = ConfigError("launch", "scheduler", "", "a Dask scheduler address, e.g. tcp://host:8786")
         backend = self.fields["backend"].value
-        if values["executor"] == "atom" and backend not in ATOM_BACKENDS:
-            errors["backend"] = ConfigError("launch", "backend", backend, f"one of {list(ATOM_BACKENDS)} with "
-                                            "executor='atom' (its replicas run as threads of this kernel)")
+        if values["executor"] == "atom" and backend != "inprocess" and values["atom.device"] != "cpu":
+            errors["atom.device"] = ConfigError("AtomConfig", "device", values["atom.device"], "'cpu' with a Dask "
+                                                "backend (each replica computes on its worker's GPU when it has one)")
         if errors:
             return None, errors
         changes: dict[str, Any] = {key: value for key, value in values.items() if "." not in key}

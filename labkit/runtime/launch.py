@@ -17,7 +17,10 @@ BACKENDS = {
     "inprocess": "labkit.backends.inprocess:launch",
     "dask": "labkit.backends.dask:launch",
 }
-ATOM_BACKENDS = {"inprocess": "labkit.runtime.atom.run:launch"}  # ATOM's replicas (config.executor="atom")
+ATOM_BACKENDS = {  # ATOM's replicas (config.executor="atom"): threads here, or actors on Dask workers
+    "inprocess": "labkit.runtime.atom.run:launch",
+    "dask": "labkit.backends.dask.atom_replicas:launch",
+}
 
 
 def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | None = None, host: str = "127.0.0.1",
@@ -44,9 +47,8 @@ def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | No
     elif scheduler is not None:
         raise ValueError(f"scheduler={scheduler!r} is not allowed with backend='inprocess': "
                          f"a scheduler address needs backend='dask'")
-    if config.executor == "atom":
-        if backend not in ATOM_BACKENDS:
-            raise ValueError(f"backend={backend!r} is not allowed with executor='atom': one of {list(ATOM_BACKENDS)} "
-                             f"(ATOM's replicas run as threads of this process for now)")
+    if config.executor == "atom" and backend == "dask" and config.atom.device != "cpu":
+        raise ValueError(f"atom.device={config.atom.device!r} is not allowed with backend='dask': 'cpu' (on Dask "
+                         f"each replica computes on its worker's GPU when the worker has one, as SWARM peers do)")
     module, name = (ATOM_BACKENDS if config.executor == "atom" else BACKENDS)[backend].split(":")
     return getattr(importlib.import_module(module), name)(config, **options)

@@ -79,9 +79,10 @@ def test_a_stop_asked_while_the_run_starts_ends_it_and_the_run_sets_torchs_threa
     assert run.wait(timeout=60)["status"] == "stopped"
 
 
-def test_atom_with_dask_is_one_clear_error() -> None:
-    with pytest.raises(ValueError, match="backend='dask' is not allowed with executor='atom'"):
-        labkit.launch(CFG, backend="dask")
+def test_atom_on_dask_with_a_device_named_is_one_clear_error() -> None:
+    with pytest.raises(ValueError, match=r"atom.device='cuda' is not allowed with backend='dask': 'cpu' \(on Dask each "
+                                         r"replica computes on its worker's GPU"):
+        labkit.launch(CFG.replace(atom=AtomConfig(device="cuda")), backend="dask")
 
 
 def test_an_atom_checkpoint_resumes_as_one_swarm_stage_and_as_atom(tmp_path: Path) -> None:

@@ -128,10 +128,13 @@ def test_the_executor_choice_builds_an_atom_config_and_greys_out_the_other_execu
     form.fields["atom.budget_mb"].value = ""
     assert form.config().atom.budget_mb is None
 
-    form.fields["backend"].value = "dask"  # ATOM's replicas are threads of this kernel
-    assert shown(form) == {"backend": "launch.backend='dask' is not allowed: one of ['inprocess'] with "
-                                      "executor='atom' (its replicas run as threads of this kernel)"}
+    form.fields["backend"].value = "dask"  # replicas as Dask actors: each uses its worker's GPU if it has one
+    assert shown(form) == {} and form.launch_options() == {"backend": "dask"}
+    form.fields["atom.device"].value = "cuda"
+    assert shown(form) == {"atom.device": "AtomConfig.device='cuda' is not allowed: 'cpu' with a Dask backend (each "
+                                          "replica computes on its worker's GPU when it has one)"}
     assert form.launch_button.disabled
+    form.fields["atom.device"].value = "cpu"
     form.fields["executor"].value = "swarm"
     assert shown(form) == {} and form.config().executor == "swarm"
 

@@ -25,9 +25,11 @@ _HINT = "give the address `dask scheduler` prints, like tcp://10.0.0.5:8786"
 
 def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> tuple[Client, LocalCluster | None]:
     """A client of the cluster at `scheduler`, or of a new embedded `LocalCluster` of worker
-    processes: one per peer and trainer, one for the coordinator and `SPARE_WORKERS` more."""
+    processes: one per peer and trainer, one for the coordinator and `SPARE_WORKERS` more (with
+    executor='atom': one per replica and `SPARE_WORKERS` more)."""
     if scheduler is None:
-        workers = sum(cfg.peers_per_stage) + cfg.trainers + 1 + SPARE_WORKERS
+        workers = SPARE_WORKERS + (cfg.atom.replicas if cfg.executor == "atom" else
+                                   sum(cfg.peers_per_stage) + cfg.trainers + 1)
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
                                dashboard_address=f"{host}:0")
         return Client(cluster), cluster

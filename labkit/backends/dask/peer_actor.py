@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -44,6 +45,23 @@ def _to_host(obj: Any) -> Any:
     return obj
 
 
+def announce_loop(worker: Any, key: str, actor: object, stopped: threading.Event, announce: Callable[[], None]) -> None:
+    """Announce once `worker` has registered `actor` under `key`, then every `ANNOUNCE_PERIOD`
+    until `stopped`. (A request that reaches the worker before the registration fails with an
+    error that distributed 2026.8 drops: its caller would wait forever.)"""
+    registered = time.monotonic() + START_TIMEOUT
+    while worker.state.actors.get(key) is not actor:
+        if stopped.wait(0.01) or time.monotonic() > registered:
+            return
+    while True:
+        try:
+            announce()
+        except Exception:  # a DHT hiccup: the record lives until its expiration; try again
+            pass
+        if stopped.wait(ANNOUNCE_PERIOD):
+            return
+
+
 class PeerActor:
     """One peer of one stage on this worker: a `StagePeer` (on `cuda` on a GPU worker) that
     announces its address, queue length, samples and throughput EMA in the DHT.
@@ -66,28 +84,13 @@ class PeerActor:
         self._ema = 0.0  # seconds per data request, smoothed
         self._directory = StageDirectory(node_for(run_id, dht_peers), run_id, cfg.stages)
         self._stopped = threading.Event()
-        threading.Thread(target=self._announce_loop, name=f"announce-{name}", daemon=True).start()
+        threading.Thread(target=announce_loop, args=(self._worker, key, self, self._stopped, self._announce),
+                         name=f"announce-{name}", daemon=True).start()
 
     def _announce(self) -> None:
         p = self.peer
         self._directory.announce(p.name, p.stage, self._key, {**self._record, "queue": p.queue_length,
                                                               "samples": p.samples, "ema_seconds": self._ema})
-
-    def _announce_loop(self) -> None:
-        """Announce once the worker has registered this actor, then every `ANNOUNCE_PERIOD` until
-        the peer stops. (A request that reaches the worker before the registration fails with an
-        error that distributed 2026.8 drops: its caller would wait forever.)"""
-        registered = time.monotonic() + START_TIMEOUT
-        while self._worker.state.actors.get(self._key) is not self:
-            if self._stopped.wait(0.01) or time.monotonic() > registered:
-                return
-        while True:
-            try:
-                self._announce()
-            except Exception:  # a DHT hiccup: the record lives until its expiration; try again
-                pass
-            if self._stopped.wait(ANNOUNCE_PERIOD):
-                return
 
     @property
     def serving(self) -> bool:

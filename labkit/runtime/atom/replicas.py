@@ -1,45 +1,43 @@
 """ATOM's replicas side by side, made one run by the global-batch rule (seed 004 §III-E).
 
-Every replica trains the whole model through its own `SwapReplica`, taking C microbatches of the
-step at a time from a one-stage `StepLedger` (the SWARM ledger: each microbatch is credited to the
-replica that accumulated its gradient). The credited samples are the replicas' heartbeat counts;
-when they reach the global batch, the replicas' gradients are summed and every replica takes the
-same optimizer step, so all stay bit-identical. A replica that leaves loses its credits and its
-microbatches are computed again by the others; a joiner copies a live replica's parameters and
-optimizer state.
+Every replica trains the whole model (a `ReplicaEngine`, in this process or on a Dask worker),
+taking C microbatches of the step at a time from a one-stage `StepLedger` (the SWARM ledger: each
+microbatch is credited to the replica that accumulated its gradient). Replicas publish heartbeats
+with their processed-sample counts (on Dask, to the hivemind DHT); when the counts reach the
+global batch and agree with the ledger, the replicas' gradients are summed (the sync policy's
+reduction) and every replica takes the same optimizer step, so all stay bit-identical. A replica
+that leaves loses its credits and its microbatches are computed again by the others; a joiner
+starts from a live replica's parameters and optimizer state.
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from labkit import events
 from labkit.config import RunConfig
-from labkit.data import WindowSampler
-from labkit.model import Stage, build_stage
-from labkit.runtime.atom.swap import Interrupted, SwapReplica, SwapSpan
-from labkit.runtime.optim import apply_step, make_optimizer
+from labkit.runtime.atom.ports import ReplicaHost, ReplicaLost, ReplicaPort
+from labkit.runtime.atom.swap import Interrupted
 from labkit.swarm.ledger import StepLedger, Task
+from labkit.swarm.sync import sum_over_peers
+
+HEARTBEAT_PATIENCE = 20.0  # seconds the heartbeats may disagree with the ledger before the run stops
 
 
 @dataclass
 class Replica:
-    """One whole-model replica: its host model and optimizer, its swapper, its thread."""
+    """One whole-model replica: its engine and the thread that feeds it."""
 
     name: str
-    model: Stage
-    optimizer: torch.optim.Optimizer
-    swap: SwapReplica
+    engine: ReplicaPort
     alive: bool = True
-    samples: int = 0  # samples it has processed, all steps (its heartbeat count)
+    samples: int = 0  # samples it has processed, all steps
     tasks: list[Task] = field(default_factory=list)  # the microbatches it works on now
     thread: threading.Thread | None = field(default=None, repr=False)
 
@@ -47,11 +45,9 @@ class Replica:
 class AtomReplicas:
     """The replicas of one ATOM run, their ledger and the global-batch step."""
 
-    def __init__(self, cfg: RunConfig, sampler: WindowSampler, emit: Callable[[events.Event], None],
-                 clock: Callable[[], float], params: Mapping[str, torch.Tensor], sizes: tuple[int, ...],
-                 budget: int, step: int = 0) -> None:
-        self.cfg, self.sampler, self.emit, self.clock = cfg, sampler, emit, clock
-        self.sizes, self.budget = sizes, budget
+    def __init__(self, cfg: RunConfig, host: ReplicaHost, emit: Callable[[events.Event], None],
+                 clock: Callable[[], float], state: Mapping[str, Any], step: int = 0) -> None:
+        self.cfg, self.host, self.emit, self.clock = cfg, host, emit, clock
         self.ledger = StepLedger(1, cfg.microbatches_per_step, cfg.microbatch, step=step)
         self.cond = threading.Condition()
         self.replicas: dict[str, Replica] = {}
@@ -64,25 +60,15 @@ class AtomReplicas:
         self.started = False  # start() was called: a joiner's thread starts at once
         self._boundary: threading.Thread | None = None
         self._numbers = itertools.count()
-        self._scale = 1.0 / (cfg.model.seq_len * cfg.global_batch)
+        self._disagree_since: float | None = None
         for _ in range(cfg.atom.replicas):
-            self._spawn(params, None)
+            self._spawn(state, None)
 
     # -- membership ----------------------------------------------------------------------------
-    def _spawn(self, params: Mapping[str, torch.Tensor], optimizer_state: dict[str, Any] | None) -> Replica:
-        cfg = self.cfg
+    def _spawn(self, state: Mapping[str, Any] | None, source: Replica | None) -> Replica:
         name = f"r{next(self._numbers)}"
-        model = build_stage(cfg.model, 0, cfg.model.n_layer, params)
-        optimizer = make_optimizer(model.parameters(), cfg)
-        if optimizer_state is not None:
-            optimizer.load_state_dict(optimizer_state)
-
-        def on_span(span: SwapSpan) -> None:
-            self.emit(events.swap(self.clock(), replica=name, submodel=span.submodel, phase=span.phase,
-                                  load_start=span.load_start, load_end=span.load_end,
-                                  compute_start=span.compute_start, compute_end=span.compute_end))
-        swap = SwapReplica(model, self.sizes, cfg.atom.device, self.budget, cfg.atom.prefetch, self.clock, on_span)
-        replica = Replica(name, model, optimizer, swap)
+        engine = self.host.spawn(name, state, None if source is None else source.engine, self.ledger.step)
+        replica = Replica(name, engine)
         self.replicas[name] = replica
         self.emit(events.peer(self.clock(), peer=name, stage=0, state="joined", queue=0))
         return replica
@@ -102,39 +88,55 @@ class AtomReplicas:
 
     def join(self, timeout: float) -> None:
         """Wait for the replicas' threads (their iterations interrupted by `stop`) and the step's."""
-        threads = [r.thread for r in self.replicas.values() if r.thread is not None] + [self._boundary]
-        for thread in threads:
+        for thread in [r.thread for r in self.replicas.values()] + [self._boundary]:
             if thread is not None:
                 thread.join(timeout)
 
     def live(self) -> list[Replica]:
         return [r for r in self.replicas.values() if r.alive]
 
+    def _named(self, name: str) -> Replica:
+        replica = self.replicas.get(name)
+        if replica is None or not replica.alive:
+            raise ValueError(f"peer={name!r} is not allowed: one of the live replicas {[r.name for r in self.live()]}")
+        return replica
+
     def kill(self, name: str) -> None:
         """A replica leaves: its credits are withdrawn and its microbatches done again by others."""
         with self.cond:
-            replica = self.replicas.get(name)
-            if replica is None or not replica.alive:
-                raise ValueError(f"peer={name!r} is not allowed: one of the live replicas {[r.name for r in self.live()]}")
+            self._named(name)
             if len(self.live()) == 1:
                 raise ValueError(f"peer={name!r} is the last live replica: add_peer() another before it leaves")
-            replica.alive = False
-            replica.swap.interrupt()
-            for task in replica.tasks:  # its thread may still be computing them: they go to others now
-                self.ledger.finish(task, {})
-            replica.tasks = []
-            lost = self.ledger.peer_lost(name)
-            self.emit(events.peer(self.clock(), peer=name, stage=0, state="killed", queue=0))
-            self.emit(events.setting(self.clock(), name="recompute", value=f"{name}: {lost} samples"))
-            self.cond.notify_all()
+            self._drop(name, "killed")
+
+    def lost(self, name: str, reason: str) -> None:
+        """A replica's process is gone (`reason`); with the last one goes the model, and the run fails."""
+        with self.cond:
+            replica = self.replicas.get(name)
+            if replica is None or not replica.alive:
+                return
+            self._drop(name, reason)
+            if not self.live():
+                self.fail(ReplicaLost(f"the last replica, {name}, was lost ({reason}): no live replica holds the model"))
+
+    def _drop(self, name: str, reason: str) -> None:
+        """Take replica `name` out (lock held): withdraw its credits, free its microbatches."""
+        replica = self.replicas[name]
+        replica.alive = False
+        replica.engine.interrupt()
+        for task in replica.tasks:  # its thread may still be computing them: they go to others now
+            self.ledger.finish(task, {})
+        replica.tasks = []
+        lost = self.ledger.peer_lost(name)
+        self.emit(events.peer(self.clock(), peer=name, stage=0, state="killed", queue=0)
+                  | {"reason": reason, "lost_samples": lost})
+        self.cond.notify_all()
 
     def add(self) -> str:
         """A replica joins: it copies a live replica's parameters and optimizer state, which only
         change at a step (taken under this lock), so it starts bit-identical."""
         with self.cond:
-            source = self.live()[0]
-            params = {k: v.detach().clone() for k, v in source.model.state_dict().items()}
-            replica = self._spawn(params, copy.deepcopy(source.optimizer.state_dict()))
+            replica = self._spawn(None, self.live()[0])
             if self.started:
                 self._run(replica)
             return replica.name
@@ -142,15 +144,11 @@ class AtomReplicas:
     def peer_state(self, name: str) -> dict[str, Any]:
         """A copy of one replica's parameters and optimizer state (to compare replicas)."""
         with self.cond:
-            replica = self.replicas.get(name)
-            if replica is None or not replica.alive:
-                raise ValueError(f"peer={name!r} is not allowed: one of the live replicas {[r.name for r in self.live()]}")
-            return {"params": {k: v.detach().clone() for k, v in replica.model.state_dict().items()},
-                    "optimizer": copy.deepcopy(replica.optimizer.state_dict())}
+            return self._named(name).engine.state()
 
     # -- the work ------------------------------------------------------------------------------
     def _work(self, replica: Replica) -> None:
-        """Take up to C microbatches, run them through the swapper, credit them; until stopped."""
+        """Take up to C microbatches, run them through the replica, credit them; until stopped."""
         try:
             while True:
                 with self.cond:
@@ -159,8 +157,7 @@ class AtomReplicas:
                     if self.stopping or not replica.alive:
                         return
                     replica.tasks = tasks
-                batches = [self.sampler.batch(t.step, t.microbatch, self.cfg.microbatch) for t in tasks]
-                losses = replica.swap.iteration(batches, self._scale)
+                losses = replica.engine.iteration(tasks)
                 with self.cond:
                     if not replica.alive:  # killed meanwhile: its microbatches were handed out again
                         return
@@ -171,10 +168,12 @@ class AtomReplicas:
                     self.cond.notify_all()
         except Interrupted:  # stopped or killed mid-iteration: that work is void
             pass
+        except ReplicaLost as exc:
+            self.lost(replica.name, str(exc))
         except Exception as exc:  # a bug, not a fault: stop the run loudly
             self.fail(exc)
         finally:
-            replica.swap.close()
+            replica.engine.close()
 
     def _take(self) -> list[Task]:
         tasks = []
@@ -196,30 +195,54 @@ class AtomReplicas:
         with self.cond:
             self.stopping = True
             for replica in self.replicas.values():
-                replica.swap.interrupt()
+                replica.engine.interrupt()
             self.cond.notify_all()
 
     # -- the global-batch step -----------------------------------------------------------------
     def _boundary_loop(self) -> None:
         with self.cond:
             while not self.stopping:
-                if not self.ledger.ready():
-                    self.cond.wait(timeout=0.5)
+                if not self.ledger.ready() or not self._heartbeats_agree():
+                    self.cond.wait(timeout=0.5 if not self.ledger.ready() else 0.05)
                     continue
                 try:
                     self._step()
+                except ReplicaLost:  # a credited replica died while its gradient was fetched: recompute
+                    pass
                 except Exception as exc:  # a broken invariant ends the run loudly
                     self.fail(exc)
                 self.cond.notify_all()
 
-    def _step(self) -> None:
-        """Sum the credited replicas' gradients; every live replica applies the same step."""
+    def _heartbeats_agree(self) -> bool:
+        """Whether every credited replica's heartbeat count equals its ledger credit (the global
+        batch is reached by the counts the replicas publish); a disagreement that lasts
+        `HEARTBEAT_PATIENCE` seconds is a broken invariant."""
         credited = self.ledger.samples(0)
-        sources = [self.replicas[name] for name in sorted(credited)]
-        total = [torch.zeros_like(p) for p in sources[0].model.parameters()]
-        for replica in sources:
-            for acc, p in zip(total, replica.model.parameters()):
-                acc.add_(p.grad)
+        counts = self.host.heartbeats({r.name: r.engine for r in self.live()}, self.ledger.step)
+        if all(counts.get(name) == n for name, n in credited.items()):
+            self._disagree_since = None
+            return True
+        now = time.monotonic()
+        self._disagree_since = self._disagree_since or now
+        if now - self._disagree_since > HEARTBEAT_PATIENCE:
+            apart = {name: (n, counts.get(name)) for name, n in credited.items() if counts.get(name) != n}
+            self.fail(RuntimeError(f"accounting broke at step {self.ledger.step}: (ledger credit, heartbeat count) "
+                                   f"disagree for {apart} for {HEARTBEAT_PATIENCE:.0f} s"))
+        return False
+
+    def _step(self) -> None:
+        """Sum the credited replicas' gradients; every live replica applies the same step. A
+        credited replica lost while its gradient is fetched abandons the step (its samples are
+        recomputed); one lost while the step is applied is dropped and the others go on."""
+        credited = self.ledger.samples(0)
+        grads = []
+        for name in sorted(credited):
+            try:
+                grads.append(self.replicas[name].engine.gradients())
+            except ReplicaLost as exc:
+                self._drop(name, str(exc))
+                raise
+        total = sum_over_peers(grads)
         loss, step = self.ledger.loss(), self.ledger.step
         if not math.isfinite(loss):
             self.diverged = f"step {step}: the loss is {loss}"
@@ -227,11 +250,13 @@ class AtomReplicas:
             self.stopping = True
             return
         for replica in self.live():
-            for p, g in zip(replica.model.parameters(), total):
-                p.grad = g.clone()
-            apply_step(replica.optimizer, step, self.cfg)
-            replica.optimizer.zero_grad(set_to_none=True)
-            replica.swap.release_all()
+            try:
+                replica.engine.apply(total, step)
+            except ReplicaLost as exc:
+                self._drop(replica.name, str(exc))
+        if not self.live():
+            self.fail(ReplicaLost(f"every replica was lost while step {step + 1} was applied"))
+            return
         self.ledger.advance()
         self.last_loss = loss
         samples = sum(credited.values())
@@ -244,9 +269,11 @@ class AtomReplicas:
             self.stopping = True
 
     def state(self) -> dict[str, Any]:
+        """Step, loss and live replicas: samples processed, ledger credit, published heartbeat count."""
         with self.cond:
-            credited = self.ledger.samples(0)
-            peers = [{"peer": r.name, "queue": 0, "samples": r.samples, "delay": 0.0, "worker": None,
-                      "credited": credited.get(r.name, 0)} for r in self.live()]
-            return {"step": self.ledger.step, "loss": self.last_loss, "paused_stages": [],
-                    "stages": [{"stage": 0, "layers": list(range(self.cfg.model.n_layer)), "peers": peers}]}
+            credited, step, live = self.ledger.samples(0), self.ledger.step, self.live()
+        beats = self.host.heartbeats({r.name: r.engine for r in live}, step)  # outside the lock: a DHT read
+        peers = [{"peer": r.name, "queue": 0, "samples": r.samples, "delay": 0.0, "credited": credited.get(r.name, 0),
+                  "heartbeat": beats.get(r.name), "worker": getattr(r.engine, "worker", None)} for r in live]
+        return {"step": step, "loss": self.last_loss, "paused_stages": [],
+                "stages": [{"stage": 0, "layers": list(range(self.cfg.model.n_layer)), "peers": peers}]}

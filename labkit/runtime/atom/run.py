@@ -9,10 +9,9 @@ another ATOM run) resumes it.
 
 from __future__ import annotations
 
-import copy
-import math
 import threading
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,9 @@ import torch
 
 from labkit import events
 from labkit.config import RunConfig
-from labkit.data import WindowSampler, load_corpus
-from labkit.model import build_stage, init_full_state
-from labkit.plan.atom_partition import least_budget, partition
-from labkit.plan.atom_profile import LayerCost
-from labkit.runtime.atom.profile import flow_bytes, measure_profile
+from labkit.data import Corpus, load_corpus
+from labkit.model import init_full_state
+from labkit.runtime.atom.local import LocalReplicas
 from labkit.runtime.atom.replicas import AtomReplicas
 from labkit.runtime.checkpoint import load_checkpoint
 from labkit.runtime.evaluate import Validation
@@ -44,40 +41,21 @@ WHY_NOT = {
 
 JOIN_SECONDS = 60.0  # how long the end of a run waits for replicas to leave their interrupted iterations
 
+HostFactory = Callable[[RunConfig, Corpus, Mapping[str, Any], Callable[[events.Event], None], Callable[[], float]], Any]
+
 
 def one_stage(cfg: RunConfig) -> RunConfig:
     """`cfg` as one stage holding the whole model: how an ATOM run evaluates and checkpoints."""
     return cfg.replace(stages=1, peers=1)
 
 
-def accumulation(cfg: RunConfig) -> int:
-    """C in effect: an iteration never takes more microbatches than a step has."""
-    return min(cfg.atom.accumulation, cfg.microbatches_per_step)
-
-
-def device_budget(cfg: RunConfig, profile: tuple[LayerCost, ...]) -> tuple[int, int]:
-    """(the device budget in bytes, the part of it left for sub-models after the activations in
-    flight): `budget_mb`, or the least budget in which some partition works at this C."""
-    c = accumulation(cfg)
-    flow = math.ceil(flow_bytes(profile, c, target_bytes=cfg.microbatch * cfg.model.seq_len * 8))  # int64 targets
-    least = math.ceil(least_budget(profile, c, together=True))
-    if cfg.atom.budget_mb is None:
-        return flow + least, least
-    budget = int(cfg.atom.budget_mb * 1e6)
-    if budget < flow + least:
-        raise ValueError(f"atom.budget_mb={cfg.atom.budget_mb} is not allowed: at accumulation={c} "
-                         f"and microbatch={cfg.microbatch} the activations in flight need {flow / 1e6:.3f} MB and the "
-                         f"smallest partition of this profile {least / 1e6:.3f} MB more: budget_mb >= "
-                         f"{(flow + least) / 1e6:.3f} works (or None, that least budget)")
-    return budget, budget - flow
-
-
 class AtomRun(RunHandle):
-    """A live ATOM run whose replicas are threads of this process."""
+    """A live ATOM run: its ledger and step here, its replicas where `hosts` puts them (threads of
+    this process by default; `ReplicaHost` is the port)."""
 
     def __init__(self, cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
-                 trace: bool = False) -> None:
-        if cfg.atom.device == "cuda" and not torch.cuda.is_available():
+                 trace: bool = False, hosts: HostFactory = LocalReplicas) -> None:
+        if hosts is LocalReplicas and cfg.atom.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("atom.device='cuda' is not allowed here: torch.cuda.is_available() is False (a CPU "
                              "build of torch, or no GPU visible); use 'cpu'")
         try:
@@ -87,7 +65,7 @@ class AtomRun(RunHandle):
                              f"one-stage SWARM runs write): {exc}") from None
         if cfg.threads:  # process-wide, as the in-process SWARM backend sets it
             torch.set_num_threads(cfg.threads)
-        self.config = cfg
+        self.config, self._hosts = cfg, hosts
         self.run_dir, self.events = open_record(cfg, run_dir, trace)
         self._totals = RunTotals(1)
         self.events.listeners.append(self._totals.add)
@@ -96,31 +74,21 @@ class AtomRun(RunHandle):
         self._summary: dict[str, Any] = {}
         self._snapshots: list[Future] = []
         self._lock = threading.Lock()
-        self._started = time.perf_counter()
+        self._started = time.time()  # the wall clock, which a Dask replica's worker shares
         threading.Thread(target=self._main, name="atom-run", daemon=True).start()
 
     def _clock(self) -> float:
-        return time.perf_counter() - self._started
+        return time.time() - self._started
 
     def _main(self) -> None:
-        cfg = self.config
+        cfg, host = self.config, None
         try:
             corpus = load_corpus(cfg.data)
             resume = self._resume
-            params = resume["stages"][0]["params"] if resume else init_full_state(cfg.model, cfg.seed)
-            profile = measure_profile(build_stage(cfg.model, 0, cfg.model.n_layer, params), cfg.atom.device,
-                                      cfg.microbatch)
-            budget, for_submodels = device_budget(cfg, profile)
-            plan = partition(profile, for_submodels, accumulation(cfg), together=True)
-            self.events.emit(events.setting(self._clock(), name="atom_partition", value={
-                "sizes": list(plan.sizes), "budget_bytes": budget, "model_bytes": int(sum(x.memory for x in profile)),
-                "layers": [layer.name for layer in profile]}))
-            sampler = WindowSampler(corpus.train, cfg.model.seq_len, cfg.seed)
-            replicas = AtomReplicas(cfg, sampler, self.events.emit, self._clock, params, plan.sizes, budget,
-                                    step=resume["step"] if resume else 0)
-            if resume and resume["stages"][0]["optimizer"] is not None:
-                for replica in replicas.live():
-                    replica.optimizer.load_state_dict(copy.deepcopy(resume["stages"][0]["optimizer"]))
+            state = {"params": resume["stages"][0]["params"] if resume else init_full_state(cfg.model, cfg.seed),
+                     "optimizer": resume["stages"][0]["optimizer"] if resume else None}
+            host = self._hosts(cfg, corpus, state["params"], self.events.emit, self._clock)
+            replicas = AtomReplicas(cfg, host, self.events.emit, self._clock, state, step=resume["step"] if resume else 0)
             self._evaluate = Validation(corpus.val)
             replicas.step_hooks.append(self._on_step)
             self._replicas = replicas
@@ -140,12 +108,14 @@ class AtomRun(RunHandle):
             self.events.emit(events.run(self._clock(), state="failed", reason=self._summary["error"]))
             self._ready.set()
         finally:
+            if host is not None:
+                host.close()
             self.events.close()
             self._done.set()
 
     def _eval(self, replicas: AtomReplicas) -> None:
         one = one_stage(self.config)
-        loss = self._evaluate(one, [replicas.live()[0].model.state_dict()])
+        loss = self._evaluate(one, [replicas.peer_state(replicas.live()[0].name)["params"]])
         self.events.emit(events.evaluation(self._clock(), step=replicas.ledger.step, val_loss=loss))
 
     def _on_step(self, step: int) -> None:
@@ -170,7 +140,7 @@ class AtomRun(RunHandle):
             if status != "failed" and self._totals.val_step != replicas.ledger.step:
                 self._eval(replicas)
             snapshot = self._capture()
-        self._summary = ended_summary(status, replicas.ledger.step, self._totals, time.perf_counter() - self._started,
+        self._summary = ended_summary(status, replicas.ledger.step, self._totals, time.time() - self._started,
                                       corpus, replicas.error, replicas.diverged, executor="atom")
         with self._lock:
             pending, self._snapshots = self._snapshots, []
