@@ -2,9 +2,10 @@
 bookkeeping the executors call, driven by an event heap.
 
 All microbatches of a batch wait at stage 0's frontal servers at t = 0. A device of a stage pulls
-a task when idle (its own slices first, backward before forward, then the pool), fetches its
-inputs from the servers holding them, computes, and sends the result on; it holds one task at a
-time. A stage's forward of a microbatch is complete when the backward servers hold every slice,
+a task when its compute is idle (its own slices first, backward before forward, then the pool),
+computes once its inputs are in, and sends the result on while it computes the next: the servers
+push a device's own slices as soon as they hold them, so their transfer overlaps earlier work (as
+a SWARM peer's queue does), while pool work is fetched when taken. A stage's forward of a microbatch is complete when the backward servers hold every slice,
 which they pass to the next stage's frontal servers by the even split; gradients go the other
 way. Gradients stream to the servers with each backward result (the delayed parameter update
 runs beside training), so a vanished client takes only its task in flight and its stashed
@@ -30,6 +31,7 @@ class _Run:
         self.heap: list[tuple[float, int, int, str, object]] = []  # (time, order, seq, kind, payload)
         self.seq, self.busy, self.now = itertools.count(), set(), 0.0
         self.checks: dict[int, float] = {}
+        self.entered: dict[tuple[int, int, str], float] = {}  # (stage, microbatch, kind) -> pushed at
         for k, st in enumerate(world.stages):
             for i in st.members:
                 self.pools[k].client_joined(world.names[i], world.speed(i, k), 0.0)
@@ -44,14 +46,17 @@ class _Run:
         """Seconds until the last of parallel transfers (source, target, start, end) lands."""
         return max((self.w.hop(self.index[a], self.index[b], end - start) for a, b, start, end in pairs), default=0.0)
 
-    def duration(self, k: int, i: int, task: Task) -> float:
+    def timing(self, k: int, i: int, task: Task, t: float) -> tuple[float, float]:
+        """(compute ends, result at the servers) of `task` taken by device i at stage k at t."""
         pool, me, n = self.pools[k], self.w.names[i], task.end - task.start
         fs = [(s, me, a, b) for s, a, b in pool.frontal_of(task.start, task.end)]
         bs = [(s, me, a, b) for s, a, b in pool.backward_of(task.start, task.end)]
         fetch = {"forward": fs, "backward": bs, "recompute": fs + bs}[task.kind]
         send = [(me, s, a, b) for _, s, a, b in (bs if task.kind == "forward" else fs)]
         compute = n * (self.w.fwd[i, k] * (task.kind != "backward") + self.w.bwd[i, k] * (task.kind != "forward"))
-        return self.part_hops(fetch) + compute + self.part_hops(send)
+        pushed = self.entered[k, task.microbatch, task.kind] if task.kind != "recompute" else t
+        end = max(t, pushed + self.part_hops(fetch)) + compute
+        return end, end + self.part_hops(send)
 
     def wake(self, k: int, t: float) -> None:
         """Let every idle live device of stage k pull a task; keep a timeout check scheduled."""
@@ -63,7 +68,9 @@ class _Run:
             task = pool.next_task(name, t)
             if task is not None:
                 self.busy.add((k, i))
-                self.push(t + self.duration(k, i, task), "done", (k, i, task))
+                free, arrive = self.timing(k, i, task, t)
+                self.push(free, "free", (k, i))
+                self.push(arrive, "done", (k, i, task))
         deadline = pool.next_deadline()
         if any(i in self.drops for i in self.w.stages[k].members) and deadline < self.checks.get(k, float("inf")):
             self.checks[k] = deadline
@@ -81,15 +88,18 @@ class _Run:
         self.now = t
         if kind == "fwd" or kind == "bwd":
             k, mb = payload
+            self.entered[k, mb, "forward" if kind == "fwd" else "backward"] = t
             (self.pools[k].forward_ready if kind == "fwd" else self.pools[k].backward_ready)(mb, t)
             self.wake(k, t)
+        elif kind == "free":
+            self.busy.discard(payload)
+            self.wake(payload[0], t)
         elif kind == "check":
             self.checks.pop(payload, None)
             self.pools[payload].timeout(t)
             self.wake(payload, t)
         else:
             k, i, task = payload
-            self.busy.discard((k, i))
             if self.alive(i, t):
                 self.finish(k, i, task, t)
             self.wake(k, t)
