@@ -29,6 +29,7 @@ from labkit.config import ConfigError
 from labkit.plan.network import NetworkScenario
 from labkit.plan.plan import Plan, PlanStage
 from labkit.plan.workload import Workload
+from labkit.taskpool.segments import segments
 
 
 def llama_33b(bytes_per_value: int = 2) -> Workload:
@@ -166,14 +167,8 @@ def layer_split(compute: list[float], n_layer: int) -> tuple[int, ...]:
 def even_links(senders: tuple[str, ...], receivers: tuple[str, ...]) -> tuple[tuple[str, str, float], ...]:
     """Seed 002's even segmentation: sender i holds [i/S, (i+1)/S) of the activations, receiver j
     takes [j/R, (j+1)/R); each pair carries their overlap (2 BS -> 3 FS: 1/3, 1/6, 1/6, 1/3)."""
-    s, r = len(senders), len(receivers)
-    out = []
-    for i, a in enumerate(senders):
-        for j, b in enumerate(receivers):
-            share = min((i + 1) / s, (j + 1) / r) - max(i / s, j / r)
-            if share > 1e-12:
-                out.append((a, b, share))
-    return tuple(out)
+    n = len(senders) * len(receivers)  # every boundary of both even splits falls on a whole index
+    return tuple((a, b, (end - start) / n) for a, b, start, end in segments(n, senders, receivers))
 
 
 def plan_cluster(scenario: NetworkScenario, workload: Workload | None = None, *, max_stages: int = 16,
