@@ -22,7 +22,7 @@ def test_benchmark_last_line_format() -> None:
     lines = out.strip().splitlines()
     paper = [line for line in lines if line.startswith("paper_")]
     assert len(paper) == 5 and all(re.fullmatch(r"paper_dtfm_\w+_n64 cost=\S+ reference=\S+ cpu_seconds=\S+ "
-                                                r"reference_cpu_seconds=\S+", line) for line in paper), paper
+                                                r"reference_cpu_seconds=\S+ seed=0", line) for line in paper), paper
     last = lines[-1]
     assert re.fullmatch(r"dtfm_world_n64 cost=\d+\.\d+ random=\d+\.\d+ seconds=\d+\.\d+", last), last
     cost, rnd = (float(v) for v in re.findall(r"(?:cost|random)=(\S+)", last))
