@@ -5,10 +5,10 @@
 >>> run.wait()["val_loss_after"]  # doctest: +SKIP
 """
 
-from labkit.config import AtomConfig, ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig
+from labkit.config import AtomConfig, ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig, TaskPoolConfig
 
 __version__ = "0.1.0"
-__all__ = ["AtomConfig", "ConfigError", "DataConfig", "ModelConfig", "RunConfig", "RunHandle", "SyncConfig", "launch"]
+__all__ = ["AtomConfig", "ConfigError", "DataConfig", "ModelConfig", "RunConfig", "RunHandle", "SyncConfig", "TaskPoolConfig", "launch"]
 
 
 def __getattr__(name: str):

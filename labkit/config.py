@@ -179,7 +179,7 @@ class SyncConfig:
         _check(self.inner_state in INNER_STATES, o, "inner_state", self.inner_state, f"one of {list(INNER_STATES)}")
 
 
-EXECUTORS = ("swarm", "atom")
+EXECUTORS = ("swarm", "atom", "taskpool")
 ATOM_DEVICES = ("cpu", "cuda")
 
 
@@ -205,6 +205,28 @@ class AtomConfig:
         _check(_is_int(self.accumulation) and self.accumulation >= 1, o, "accumulation", self.accumulation, "an integer >= 1")
         _check(self.device in ATOM_DEVICES, o, "device", self.device, f"one of {list(ATOM_DEVICES)}")
         _check(isinstance(self.prefetch, bool), o, "prefetch", self.prefetch, "True or False")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskPoolConfig:
+    """Seed 002's parameter-server pipeline: per stage, reliable frontal and backward servers and
+    unreliable clients (the stage's `peers`); a task pool takes over a vanished client's work.
+
+    A task is overdue, and its client declared lost, `grace + slack x` its expected compute time
+    after it was handed out (the expected time from the client's speed measured when it joined).
+    """
+
+    frontal: int = 1  # frontal servers per stage: hold the stage's inputs and split them over its clients
+    backward: int = 1  # backward servers per stage: collect outputs and route gradients back by the slice list
+    slack: float = 3.0  # times a task's expected compute time before it is overdue (>= 1)
+    grace: float = 2.0  # seconds added to every deadline (>= 0)
+
+    def __post_init__(self) -> None:
+        o = "TaskPoolConfig"
+        for name in ("frontal", "backward"):
+            _check(_is_int(getattr(self, name)) and getattr(self, name) >= 1, o, name, getattr(self, name), "an integer >= 1")
+        _check(_is_number(self.slack) and self.slack >= 1, o, "slack", self.slack, "a finite number >= 1")
+        _check(_is_number(self.grace) and self.grace >= 0, o, "grace", self.grace, "a finite number >= 0")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -240,8 +262,10 @@ class RunConfig:
     eval_batches: int = 4  # microbatches of validation data per evaluation
     seed: int = 0  # seeds parameters, data order and trainers
     threads: int = 1  # torch intra-op threads (process-wide); peers already run in parallel; 0 = torch default
-    executor: str = "swarm"  # "swarm" (a pipeline of stages) or "atom" (replicas swapping sub-models; stage fields unused)
+    executor: str = "swarm"  # "swarm" (a pipeline of stages), "atom" (replicas swapping sub-models; stage fields
+    # unused) or "taskpool" (seed 002: servers and clients per stage, a task pool; peers are the clients)
     atom: AtomConfig = field(default_factory=AtomConfig)  # the ATOM executor's replicas, budget and C
+    taskpool: TaskPoolConfig = field(default_factory=TaskPoolConfig)  # the task-pool executor's servers and deadlines
 
     def __post_init__(self) -> None:
         o = "RunConfig"
@@ -299,6 +323,12 @@ class RunConfig:
         _check(_is_int(self.threads) and self.threads >= 0, o, "threads", self.threads, "an integer >= 0")
         _check(self.executor in EXECUTORS, o, "executor", self.executor, f"one of {list(EXECUTORS)}")
         _check(isinstance(self.atom, AtomConfig), o, "atom", self.atom, "an AtomConfig")
+        _check(isinstance(self.taskpool, TaskPoolConfig), o, "taskpool", self.taskpool, "a TaskPoolConfig")
+        if self.executor == "taskpool":  # clients compute slices with the servers' parameters: no codec, no DiLoCo
+            _check(self.sync.mode == "allreduce", o, "sync", self.sync,
+                   "SyncConfig(mode='allreduce') with executor='taskpool' (the servers aggregate every pass)")
+            _check(self.compression.boundary == "none", o, "compression", self.compression,
+                   "boundary='none' with executor='taskpool' (slices cross stages as they are)")
         if self.executor == "atom":  # whole-model replicas: no stages, so none of the stage-wise knobs
             _check(not self.model.share_layers, o, "executor", self.executor,
                    "'swarm' when model.share_layers is set (ATOM swaps the blocks of a whole model, none shared)")
@@ -330,7 +360,7 @@ class RunConfig:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, (ModelConfig, DataConfig, SyncConfig, CompressionConfig, AtomConfig)):
+            if isinstance(value, (ModelConfig, DataConfig, SyncConfig, CompressionConfig, AtomConfig, TaskPoolConfig)):
                 value = {g.name: getattr(value, g.name) for g in fields(value)}
             elif isinstance(value, tuple):
                 value = list(value)
@@ -341,7 +371,7 @@ class RunConfig:
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         """Inverse of `to_dict`."""
         nested = {"model": ModelConfig, "data": DataConfig, "compression": CompressionConfig, "sync": SyncConfig,
-                  "atom": AtomConfig}
+                  "atom": AtomConfig, "taskpool": TaskPoolConfig}
         return cls(**{k: nested[k](**v) if k in nested and isinstance(v, dict) else v for k, v in data.items()})
 
 

@@ -1,6 +1,6 @@
 """ATOM's replicas on a Dask cluster: the Dask `ReplicaHost`, and `launch` for executor='atom'.
 
-The run itself — ledger, global-batch step, events — stays in the driver's `AtomRun`; each
+The run itself — ledger, global-batch step, events — stays in the driver's run handle; each
 replica is a `ReplicaActor` on a worker of its own (GPU workers first), its heartbeat in the
 run's hivemind DHT. A replica whose worker leaves the cluster (seen by asking the scheduler every
 `WORKER_CHECK` seconds) is lost: every call waiting on it fails at once with `ReplicaLost`, and the
@@ -31,7 +31,8 @@ from labkit.config import RunConfig
 from labkit.data import Corpus
 from labkit.runtime.atom.engine import swap_event
 from labkit.runtime.atom.ports import ReplicaLost, ReplicaPort
-from labkit.runtime.atom.run import AtomRun
+from labkit.runtime.atom.run import launch as launch_atom
+from labkit.runtime.core_run import CoreRun
 from labkit.runtime.atom.swap import Interrupted
 from labkit.swarm.ledger import Task
 
@@ -191,8 +192,8 @@ def _wall_zero(clock: Callable[[], float]) -> float:
 
 
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
-           scheduler: str | None = None, host: str = "127.0.0.1", trace: bool = False) -> AtomRun:
+           scheduler: str | None = None, host: str = "127.0.0.1", trace: bool = False) -> CoreRun:
     """Start an ATOM run whose replicas are actors on a Dask cluster; returns its handle at once."""
-    return AtomRun(cfg, run_dir=run_dir, resume=resume, trace=trace,
-                   hosts=partial(DaskReplicas, scheduler=scheduler, host=host))
+    return launch_atom(cfg, run_dir=run_dir, resume=resume, trace=trace,
+                       hosts=partial(DaskReplicas, scheduler=scheduler, host=host))
 

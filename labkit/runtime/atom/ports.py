@@ -34,3 +34,6 @@ class ReplicaHost(Protocol):
 
     def heartbeats(self, replicas: Mapping[str, ReplicaPort], step: int) -> dict[str, int]:
         """Each replica's published count of samples processed in `step`."""
+
+    def close(self) -> None:
+        """Release what the replicas used (nothing in this process; a cluster on Dask)."""

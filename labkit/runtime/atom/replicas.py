@@ -132,14 +132,29 @@ class AtomReplicas:
                   | {"reason": reason, "lost_samples": lost})
         self.cond.notify_all()
 
-    def add(self) -> str:
+    def add(self, stage: int | None = None) -> str:
         """A replica joins: it copies a live replica's parameters and optimizer state, which only
         change at a step (taken under this lock), so it starts bit-identical."""
+        if stage not in (None, 0):
+            raise ValueError(f"stage={stage!r} is not allowed with executor='atom': None (replicas have no stages)")
         with self.cond:
             replica = self._spawn(None, self.live()[0])
             if self.started:
                 self._run(replica)
             return replica.name
+
+    @property
+    def step(self) -> int:
+        return self.ledger.step
+
+    def stage_states(self) -> list[dict[str, Any]]:
+        """The committed state as one stage: a live replica's parameters and optimizer state."""
+        with self.cond:
+            return [self.live()[0].engine.state()]
+
+    def close(self) -> None:
+        """Release where the replicas lived (a Dask cluster, its DHT nodes)."""
+        self.host.close()
 
     def peer_state(self, name: str) -> dict[str, Any]:
         """A copy of one replica's parameters and optimizer state (to compare replicas)."""

@@ -1,0 +1,296 @@
+"""Seed 002's parameter-server pipeline in this process: servers and clients per stage, one pass
+of the global batch per optimizer step.
+
+Each stage has reliable servers (`StageServers`: FS, BS, the master parameters) and unreliable
+clients (`StageClient`, a thread each). A pass enters every microbatch at the first stage's FS;
+clients take tasks from their stage's `StagePool`; when a microbatch's forward is complete at a
+stage its output becomes the next stage's input, and at the last stage the BS computes the loss
+and the output gradients; backward slices flow back the same way. When every stage is done the
+servers step and the clients load the new parameters. A client that is killed or overdue leaves
+its work to the pool, where idle clients take it: only the lost slices are computed again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from labkit import events
+from labkit.config import RunConfig
+from labkit.data import WindowSampler
+from labkit.model.partition import stage_bounds
+from labkit.runtime.taskpool.client import StageClient
+from labkit.runtime.taskpool.servers import StageServers
+from labkit.taskpool import Task
+
+MONITOR_PERIOD = 0.1  # seconds between checks for overdue clients
+
+
+class TaskPoolCore:
+    """The servers, clients and passes of one task-pool run."""
+
+    def __init__(self, cfg: RunConfig, sampler: WindowSampler, emit: Callable[[events.Event], None],
+                 clock: Callable[[], float], states: Sequence[dict[str, Any]], step: int = 0) -> None:
+        self.cfg, self.sampler, self.emit, self.clock = cfg, sampler, emit, clock
+        self.stages = [StageServers(cfg, s, states[s]) for s in range(cfg.stages)]
+        self.cond = threading.Condition()
+        self.step = step
+        self.clients: dict[str, StageClient] = {}
+        self.delays: dict[str, float] = {}  # client -> seconds it holds each result (set_peer_delay)
+        self.threads: list[threading.Thread] = []
+        self.stopping = self.started = False
+        self.finished = threading.Event()
+        self.last_loss: float | None = None
+        self.diverged: str | None = None  # why the run stopped on a non-finite loss, if it did
+        self.error: BaseException | None = None
+        self.step_hooks: list[Callable[[int], None]] = []  # called after each step, lock held
+        self._targets: dict[int, torch.Tensor] = {}
+        self._losses: dict[int, float] = {}
+        self._numbers = [itertools.count() for _ in range(cfg.stages)]
+        self._scale = 1.0 / (cfg.model.seq_len * cfg.global_batch)
+        for stage, count in enumerate(cfg.peers_per_stage):
+            for _ in range(count):
+                self._join(stage)
+
+    # -- membership ----------------------------------------------------------------------------
+    def _join(self, stage: int) -> str:
+        servers = self.stages[stage]
+        client = StageClient(self.cfg, f"s{stage}c{next(self._numbers[stage])}", stage, servers.serving)
+        client.version = servers.version
+        servers.pool.client_joined(client.name, client.speed(), self.clock())
+        self.clients[client.name] = client
+        self.emit(events.peer(self.clock(), peer=client.name, stage=stage, state="joined", queue=0))
+        if self.started:
+            self._run(client)
+        return client.name
+
+    def _run(self, client: StageClient) -> None:
+        thread = threading.Thread(target=self._work, args=(client,), name=f"taskpool-{client.name}", daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def live(self, stage: int) -> list[str]:
+        return [n for n, c in self.clients.items() if c.alive and c.stage == stage]
+
+    def add(self, stage: int | None) -> str:
+        """A client joins `stage` (None: the stage with the fewest live clients)."""
+        with self.cond:
+            if stage is None:
+                stage = min(range(self.cfg.stages), key=lambda s: (len(self.live(s)), s))
+            elif not (isinstance(stage, int) and 0 <= stage < self.cfg.stages):
+                raise ValueError(f"stage={stage!r} is not allowed: None or an integer in [0, {self.cfg.stages})")
+            return self._join(stage)
+
+    def _client(self, name: str) -> StageClient:
+        client = self.clients.get(name)
+        if client is None or not client.alive:
+            raise ValueError(f"peer={name!r} is not allowed: one of the live clients "
+                             f"{[n for n, c in self.clients.items() if c.alive]}")
+        return client
+
+    def kill(self, name: str) -> None:
+        """A client vanishes: everything it held or was given goes to the pool."""
+        with self.cond:
+            client = self._client(name)
+            if self.live(client.stage) == [name]:
+                raise ValueError(f"peer={name!r} is the last live client of stage {client.stage}: "
+                                 f"add_peer({client.stage}) another before it leaves")
+            client.gone.set()
+            self.delays.pop(name, None)
+            posted = self.stages[client.stage].pool.client_lost(name, self.clock())
+            self.emit(events.peer(self.clock(), peer=name, stage=client.stage, state="killed", queue=0)
+                      | {"reason": "killed", "pooled_samples": sum(w.samples for w in posted)})
+            self.cond.notify_all()
+
+    def set_delay(self, name: str, seconds: float) -> None:
+        """Make client `name` hold every result `seconds` longer (a slow device)."""
+        with self.cond:
+            self._client(name)
+            self.delays[name] = float(seconds)
+
+    def peer_state(self, name: str) -> dict[str, Any]:
+        """The parameters client `name` computes with (clients hold no optimizer state)."""
+        with self.cond:
+            client = self._client(name)
+            return {"params": {k: v.detach().clone() for k, v in client.module.state_dict().items()}, "optimizer": None}
+
+    # -- the work ------------------------------------------------------------------------------
+    def start(self) -> None:
+        with self.cond:
+            self.started = True
+            self._begin_pass()
+            for client in self.clients.values():
+                self._run(client)
+            monitor = threading.Thread(target=self._monitor, name="taskpool-monitor", daemon=True)
+            self.threads.append(monitor)
+            monitor.start()
+
+    def _begin_pass(self) -> None:
+        """Every microbatch of the step enters the first stage's FS."""
+        first = self.stages[0]
+        for mb in range(self.cfg.microbatches_per_step):
+            first.inputs[mb], self._targets[mb] = self.sampler.batch(self.step, mb, self.cfg.microbatch)
+            first.pool.forward_ready(mb, self.clock())
+
+    def _next(self, client: StageClient) -> tuple[Task, StageServers, dict[str, torch.Tensor]] | None:
+        """(lock held) The client's next task and the tensors it needs; None when it must stop."""
+        while not self.stopping and client.alive:
+            servers = self.stages[client.stage]
+            if client.version != servers.version:
+                client.load(servers.serving, servers.version)
+            if client.name not in servers.pool.clients():  # declared overdue: it joins again
+                servers.pool.client_joined(client.name, client.speed(), self.clock())
+                self.emit(events.peer(self.clock(), peer=client.name, stage=client.stage, state="joined", queue=0)
+                          | {"reason": "rejoined after it was overdue"})
+            task = client.task = servers.pool.next_task(client.name, self.clock())
+            if task is not None:
+                return task, servers, {"inputs": servers.inputs.get(task.microbatch), "grad_out": servers.grad_out.get(task.microbatch)}
+            self.cond.wait(timeout=0.2)
+        return None
+
+    def _work(self, client: StageClient) -> None:
+        try:
+            while True:
+                with self.cond:
+                    got = self._next(client)
+                if got is None:
+                    return
+                task, servers, held = got
+                start = time.perf_counter()
+                if task.kind == "forward":
+                    result: Any = client.forward(task, held["inputs"])
+                else:
+                    result = client.backward(task, held["inputs"], held["grad_out"])
+                seconds = time.perf_counter() - start
+                client.gone.wait(self.delays.get(client.name, 0.0))  # a slow device; a kill ends the wait
+                with self.cond:
+                    client.task = None
+                    if client.alive and not self.stopping:
+                        self._finish(client, servers, task, result, seconds)
+        except Exception as exc:  # a bug, not a fault: stop the run loudly
+            self.fail(exc)
+
+    def _finish(self, client: StageClient, servers: StageServers, task: Task, result: Any, seconds: float) -> None:
+        """(lock held) A task's result reached the servers: keep it, and move the pass on."""
+        done = servers.pool.client_done(task, self.clock())
+        if not done.credited:  # the servers gave up on it: the pool's copy counts instead
+            return
+        client.samples += task.end - task.start
+        mb, stage = task.microbatch, servers.stage
+        sent = result if task.kind == "forward" else result[0]
+        self.emit(events.hop(self.clock(), trainer="servers", stage=stage, peer=client.name,
+                             direction="forward" if task.kind == "forward" else "backward",
+                             nbytes=0 if sent is None else sent.numel() * sent.element_size(), seconds=seconds,
+                             microbatch=mb) | {"kind": task.kind, "start": task.start, "end": task.end})
+        if task.kind == "forward":
+            servers.put_output(mb, task.start, result)
+            if done.forward_complete:
+                self._forward_complete(stage, mb)
+        else:
+            grad_in, grads = result
+            servers.add_grads(grads)
+            if grad_in is not None:
+                servers.put_grad_in(mb, task.start, grad_in)
+            servers.pool.flush(client.name)
+            if done.backward_complete:
+                self._backward_complete(stage, mb)
+        self.cond.notify_all()
+
+    def _forward_complete(self, stage: int, mb: int) -> None:
+        servers = self.stages[stage]
+        if stage + 1 < self.cfg.stages:
+            self.stages[stage + 1].inputs[mb] = servers.outputs[mb]
+            self.stages[stage + 1].pool.forward_ready(mb, self.clock())
+            return
+        self._losses[mb] = servers.loss(mb, self._targets[mb], self._scale)
+        servers.pool.backward_ready(mb, self.clock())
+
+    def _backward_complete(self, stage: int, mb: int) -> None:
+        if stage > 0:
+            self.stages[stage - 1].grad_out[mb] = self.stages[stage].grad_in[mb]
+            self.stages[stage - 1].pool.backward_ready(mb, self.clock())
+        elif all(s.pool.ready() for s in self.stages):
+            self._step()
+
+    def _step(self) -> None:
+        """(lock held) Every stage has the whole global batch's gradient: step and start the next pass."""
+        loss = math.fsum(self._losses.values())
+        if not math.isfinite(loss):
+            self.diverged = f"step {self.step}: the loss is {loss}"
+            self.emit(events.run(self.clock(), state="diverged", reason=self.diverged))
+            self.stopping = True
+            return
+        counted = [sum(e - s for mb in range(self.cfg.microbatches_per_step) for _, s, e in st.pool.credits(mb))
+                   for st in self.stages]
+        for servers in self.stages:
+            servers.step(self.step)
+        self.step += 1
+        self.last_loss, self._losses = loss, {}
+        self.emit(events.step(self.clock(), step=self.step, loss=loss, samples=self.cfg.global_batch,
+                              tokens=self.cfg.global_batch * self.cfg.model.seq_len) | {"stage_samples": counted})
+        for servers in self.stages:  # the pool's counters, for the lab and the tests
+            self.emit(events.setting(self.clock(), name="taskpool", value={"stage": servers.stage, **servers.pool.stats()}))
+        for hook in self.step_hooks:
+            hook(self.step)
+        if self.step >= self.cfg.steps:
+            self.finished.set()
+            self.stopping = True
+        else:
+            self._begin_pass()
+
+    def _monitor(self) -> None:
+        """Declare overdue clients lost: their work goes to the pool (they join again when they ask)."""
+        with self.cond:
+            while not self.stopping:
+                for servers in self.stages:
+                    for name in servers.pool.timeout(self.clock()):
+                        self.emit(events.peer(self.clock(), peer=name, stage=servers.stage, state="killed", queue=0)
+                                  | {"reason": "overdue"})
+                        self.cond.notify_all()
+                self.cond.wait(timeout=MONITOR_PERIOD)
+
+    def fail(self, exc: BaseException) -> None:
+        with self.cond:
+            if self.error is None:
+                self.error = exc
+                self.emit(events.run(self.clock(), state="failed", reason=f"{type(exc).__name__}: {exc}"))
+            self.stopping = True
+            self.cond.notify_all()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            for client in self.clients.values():
+                client.gone.set()
+            self.cond.notify_all()
+
+    def join(self, timeout: float) -> None:
+        for thread in list(self.threads):
+            thread.join(timeout)
+
+    def close(self) -> None:
+        """Nothing to release: the clients are threads of this process and end with the run."""
+
+    # -- what the handle reads -----------------------------------------------------------------
+    def stage_states(self) -> list[dict[str, Any]]:
+        """Every stage's master parameters and optimizer state."""
+        with self.cond:
+            return [servers.state() for servers in self.stages]
+
+    def state(self) -> dict[str, Any]:
+        with self.cond:
+            bounds = stage_bounds(self.cfg.layer_split)
+            stages = [{"stage": s.stage, "layers": list(range(bounds[s.stage][0], sum(bounds[s.stage]))),
+                       "peers": [{"peer": n, "queue": 0, "samples": self.clients[n].samples, "worker": None,
+                                  "delay": self.delays.get(n, 0.0), "task": self.clients[n].doing()}
+                                 for n in self.live(s.stage)],
+                       "servers": list(s.pool.frontal + s.pool.backward), "pool": s.pool.stats()} for s in self.stages]
+            return {"step": self.step, "loss": self.last_loss, "stages": stages,
+                    "paused_stages": [s["stage"] for s in stages if not s["peers"]]}
+

@@ -1,0 +1,38 @@
+"""The task-pool run behind the one run handle: servers and clients per stage, in this process.
+
+Verbs that make sense for clients work (state, stop, kill_peer and add_peer on clients,
+set_peer_delay, peer_state, snapshot and checkpoint, wait and wait_for); the others raise one
+error saying why. A checkpoint has the run's stages, so a SWARM run of the same shape resumes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from labkit import events
+from labkit.config import RunConfig
+from labkit.data import Corpus, WindowSampler
+from labkit.runtime.core_run import CoreRun
+from labkit.runtime.taskpool.core import TaskPoolCore
+
+WHY_NOT = {
+    "move_peer": "a client joins the stage it is added to: kill it and add_peer(stage) elsewhere",
+    "rebalance": "the frontal servers split every microbatch by the clients' compute: there is nothing to move",
+    "set_layer_split": "the servers' stages are fixed for the run",
+    "set_compression": "slices cross stages through the servers as they are: there is no wire codec",
+    "set_sync": "the servers aggregate every pass (seed 002's rule)",
+}
+
+
+def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
+           trace: bool = False) -> CoreRun:
+    """Start a task-pool run whose servers and clients are threads of this process; returns at once."""
+    def build(cfg: RunConfig, corpus: Corpus, states: Sequence[Mapping[str, Any]], step: int,
+              emit: Callable[[events.Event], None], clock: Callable[[], float]) -> TaskPoolCore:
+        sampler = WindowSampler(corpus.train, cfg.model.seq_len, cfg.seed)
+        return TaskPoolCore(cfg, sampler, emit, clock, [dict(s) for s in states], step)
+
+    return CoreRun(cfg, build, executor="taskpool", record_cfg=cfg, why_not=WHY_NOT, run_dir=run_dir, resume=resume,
+                   trace=trace)

@@ -1,0 +1,93 @@
+"""One stage's reliable servers in a task-pool run: the bookkeeping and the tensors they hold.
+
+The frontal servers (FS) hold each microbatch's stage inputs and the gradients coming back for
+them; the backward servers (BS) assemble the outputs from the clients' slices and hold the
+gradients for those outputs. The stage's master parameters and optimizer live with the servers:
+clients send each backward slice's parameter gradients at once (so a client that vanishes takes
+no finished gradient with it), and at the end of a pass the servers take the optimizer step and
+the clients load the new parameters. `labkit.taskpool.StagePool` decides who computes what.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from labkit.config import RunConfig
+from labkit.model import Stage
+from labkit.model.assembly import stage_module
+from labkit.runtime.optim import apply_step, make_optimizer
+from labkit.taskpool import StagePool
+
+
+def _slot(store: dict[int, torch.Tensor], mb: int, samples: int, start: int, part: torch.Tensor) -> None:
+    """Write `part` as samples [start, start + len) of `store[mb]`, allocated on first use."""
+    if mb not in store:
+        store[mb] = torch.empty((samples, *part.shape[1:]), dtype=part.dtype)
+    store[mb][start:start + part.shape[0]] = part
+
+
+class StageServers:
+    """Stage `stage`'s FS and BS: its `StagePool`, the pass's tensors and the master parameters."""
+
+    def __init__(self, cfg: RunConfig, stage: int, state: dict[str, Any]) -> None:
+        tp = cfg.taskpool
+        self.cfg, self.stage, self.samples = cfg, stage, cfg.microbatch
+        self.pool = StagePool(cfg.microbatch, [f"s{stage}fs{i}" for i in range(tp.frontal)],
+                              [f"s{stage}bs{i}" for i in range(tp.backward)], slack=tp.slack, grace=tp.grace)
+        self.master: Stage = stage_module(cfg, stage, state["params"])
+        self.optimizer = make_optimizer(self.master.parameters(), cfg)
+        if state.get("optimizer") is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.serving = {k: v.detach().clone() for k, v in self.master.state_dict().items()}  # what clients compute with
+        self.version = 0  # bumped when `serving` changes: clients reload
+        self.inputs: dict[int, torch.Tensor] = {}  # FS: the stage's input per microbatch
+        self.grad_in: dict[int, torch.Tensor] = {}  # FS: gradients for those inputs, from the clients' slices
+        self.outputs: dict[int, torch.Tensor] = {}  # BS: the stage's output per microbatch
+        self.grad_out: dict[int, torch.Tensor] = {}  # BS: gradients for those outputs
+        self.grads = [torch.zeros_like(p) for p in self.master.parameters()]  # the pass's flushed gradient sums
+
+    def put_output(self, mb: int, start: int, part: torch.Tensor) -> None:
+        _slot(self.outputs, mb, self.samples, start, part)
+
+    def put_grad_in(self, mb: int, start: int, part: torch.Tensor) -> None:
+        _slot(self.grad_in, mb, self.samples, start, part)
+
+    def loss(self, mb: int, targets: torch.Tensor, scale: float) -> float:
+        """The last stage's BS: the loss of `mb`'s output (summed cross-entropy times `scale`) and
+        the gradients for the output, which the clients' backward slices start from."""
+        logits = self.outputs[mb].detach().requires_grad_(True)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum") * scale
+        loss.backward()
+        self.grad_out[mb] = logits.grad
+        return float(loss.detach())
+
+    def add_grads(self, grads: list[torch.Tensor]) -> None:
+        """A backward slice's parameter gradients reached the servers."""
+        for acc, g in zip(self.grads, grads):
+            acc.add_(g)
+
+    def step(self, step: int) -> None:
+        """The pass is done: step the master parameters with the summed gradients. With delayed
+        updates clients go on with the parameters from before this step (they adopt it a pass
+        later, as the one-step-delayed reference does)."""
+        before = {k: v.detach().clone() for k, v in self.master.state_dict().items()}
+        for p, g in zip(self.master.parameters(), self.grads):
+            p.grad = g
+        apply_step(self.optimizer, step, self.cfg)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.grads = [torch.zeros_like(p) for p in self.master.parameters()]
+        self.serving = before if self.cfg.delayed_updates else {k: v.detach().clone()
+                                                                 for k, v in self.master.state_dict().items()}
+        self.version += 1
+        for store in (self.inputs, self.grad_in, self.outputs, self.grad_out):
+            store.clear()
+        self.pool.advance()
+
+    def state(self) -> dict[str, Any]:
+        """The stage's master parameters and optimizer state (a checkpoint's stage)."""
+        return {"params": {k: v.detach().clone() for k, v in self.master.state_dict().items()},
+                "optimizer": copy.deepcopy(self.optimizer.state_dict())}
