@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from labkit.cli.args import int_in, out_dir
 from labkit.config import (ATOM_DEVICES, EXECUTORS, INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES,
-                           AtomConfig, ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig)
+                           AtomConfig, ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig, TaskPoolConfig)
 
 if TYPE_CHECKING:
     from labkit.runtime.handle import RunHandle
@@ -41,7 +41,8 @@ def _peers(text: str) -> int | tuple[int, ...]:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `train` sub-command and its flags."""
     defaults = RunConfig()
-    p = sub.add_parser("train", help="train a GPT with SWARM parallelism, or with ATOM's swapping replicas (--executor atom)",
+    p = sub.add_parser("train", help="train a GPT with SWARM parallelism, ATOM's swapping replicas (--executor atom) "
+                                     "or seed 002's task pool (--executor taskpool)",
                        description="Train a GPT with SWARM parallelism. With no flags: the nano model on the Python "
                                    "standard library's source, 2 stages x 2 peers, about a minute on 2 CPU cores.")
     p.add_argument("--size", choices=sorted(MODEL_SIZES), default="nano", help="model size (default nano)")
@@ -74,7 +75,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=defaults.seed, help="seed of parameters and data order")
     atom = defaults.atom
     p.add_argument("--executor", choices=EXECUTORS, default=defaults.executor,
-                   help="swarm: a pipeline of stages; atom: whole-model replicas swapping sub-models (seed 004)")
+                   help="swarm: a pipeline of stages; atom: whole-model replicas swapping sub-models (seed 004); "
+                        "taskpool: servers and unreliable clients (the peers) per stage with a task pool (seed 002)")
     p.add_argument("--replicas", type=int, default=atom.replicas, help="atom: whole-model replicas")
     p.add_argument("--budget-mb", type=float, default=atom.budget_mb,
                    help="atom: device memory per replica in MB (default: the least that works, activations in flight included)")
@@ -82,6 +84,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="atom: C, microbatches run forward before backward")
     p.add_argument("--device", choices=ATOM_DEVICES, default=atom.device, help="atom: where sub-models compute")
     p.add_argument("--no-prefetch", action="store_true", help="atom: load each sub-model only when it is needed")
+    pool = defaults.taskpool
+    p.add_argument("--frontal", type=int, default=pool.frontal, help="taskpool: frontal servers per stage")
+    p.add_argument("--backward", type=int, default=pool.backward, help="taskpool: backward servers per stage")
+    p.add_argument("--slack", type=float, default=pool.slack,
+                   help="taskpool: a task is overdue after grace + slack x its expected compute time")
+    p.add_argument("--grace", type=float, default=pool.grace, help="taskpool: seconds added to every task's deadline")
     p.add_argument("--threads", type=int, default=defaults.threads, help="torch threads (0: torch's default)")
     p.add_argument("--plan", type=Path, default=None, metavar="PLAN_JSON",
                    help="follow a plan from `labkit plan`: its stages, devices as peers (at most --max-peers each) and layer split")
@@ -114,6 +122,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         executor=args.executor,
         atom=AtomConfig(replicas=args.replicas, budget_mb=args.budget_mb, accumulation=args.accumulation,
                         device=args.device, prefetch=not args.no_prefetch),
+        taskpool=TaskPoolConfig(frontal=args.frontal, backward=args.backward, slack=args.slack, grace=args.grace),
     )
 
 
@@ -179,7 +188,8 @@ def run_train(args: argparse.Namespace) -> int:
         return 2
     shape = (f"ATOM, {cfg.atom.replicas} replicas on {cfg.atom.device}, C={cfg.atom.accumulation}"
              if cfg.executor == "atom" else
-             f"{cfg.stages} stages x {list(cfg.peers_per_stage)} peers, split {list(cfg.layer_split)}")
+             f"{cfg.stages} stages x {list(cfg.peers_per_stage)} {'clients' if cfg.executor == 'taskpool' else 'peers'}, "
+             f"split {list(cfg.layer_split)}")
     print(f"labkit: {cfg.model.size} model ({cfg.model.num_params():,} parameters), {shape}, {cfg.steps} steps -> {run_dir}")
     events = run.events.subscribe()
     dashboard = run.dashboard()

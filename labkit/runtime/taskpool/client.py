@@ -1,11 +1,11 @@
 """An unreliable client of a task-pool stage: a copy of the stage's module that computes the
 slices the servers hand it.
 
-A forward task runs its slice of the stage input (from the FS) and keeps that input (the
-activations it needs for the backward); a backward task runs the slice again with gradients from
-the kept input and the BS's output gradients; a recompute task (a leftover backward from the pool)
-fetches the input from the FS first. Parameter gradients of every backward slice go to the
-servers at once.
+A forward task runs its slice of the stage input (from the FS) with autograd and keeps the slice's
+graph (the activations it needs for the backward); a backward task runs that graph backward from
+the BS's output gradients; a recompute task (a leftover backward from the pool, whose activations
+were lost with another client) fetches the input from the FS and runs the forward again first.
+Parameter gradients of every backward slice go to the servers at once.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class StageClient:
     def __init__(self, cfg: RunConfig, name: str, stage: int, params: Mapping[str, torch.Tensor]) -> None:
         self.cfg, self.name, self.stage = cfg, name, stage
         self.module: Stage = stage_module(cfg, stage, dict(params))
-        self.kept: dict[tuple[int, int, int], torch.Tensor] = {}  # (microbatch, start, end) -> its input slice
+        self.kept: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}  # slice -> (input, output graph)
         self.version = -1
         self.samples = 0  # samples of forward or backward work it finished
         self.task: Task | None = None  # the task it works on now
@@ -59,20 +59,22 @@ class StageClient:
         return self.cfg.microbatch / max(time.perf_counter() - start, 1e-6)
 
     def forward(self, task: Task, inputs: torch.Tensor) -> torch.Tensor:
-        """The stage's output for samples [start, end) of `inputs` (the FS's tensor); keeps them."""
-        x = inputs[task.start:task.end].clone()
-        self.kept[(task.microbatch, task.start, task.end)] = x
-        with torch.no_grad():
-            return self.module(x)
+        """The stage's output for samples [start, end) of `inputs` (the FS's tensor); keeps its graph."""
+        x, y = self._run(inputs[task.start:task.end].clone())
+        self.kept[(task.microbatch, task.start, task.end)] = (x, y)
+        return y.detach()
+
+    def _run(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = x if self.stage == 0 else x.detach().requires_grad_(True)
+        return x, self.module(x)
 
     def backward(self, task: Task, inputs: torch.Tensor, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
         """(gradient for the slice's input, or None at stage 0; parameter gradients) of samples
-        [start, end): from the kept input, or (recompute, or nothing kept) from the FS's `inputs`."""
-        x = self.kept.pop((task.microbatch, task.start, task.end), None)
-        if x is None:
-            x = inputs[task.start:task.end].clone()
-        x = x if self.stage == 0 else x.detach().requires_grad_(True)
+        [start, end): through the kept graph, or (recompute, or nothing kept) a forward run again
+        from the FS's `inputs`."""
+        kept = self.kept.pop((task.microbatch, task.start, task.end), None)
+        x, y = kept if kept is not None else self._run(inputs[task.start:task.end].clone())
         self.module.zero_grad(set_to_none=True)
-        self.module(x).backward(grad_out[task.start:task.end])
+        y.backward(grad_out[task.start:task.end])
         grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in self.module.parameters()]
         return (None if self.stage == 0 else x.grad.detach()), grads
