@@ -72,19 +72,18 @@ class DaskPeers:
 
     coordinator: (class, worker address, key) of the coordinator's actor, which trainers call."""
 
-    def __init__(self, cfg: RunConfig, *, client: Client, run_id: str, coordinator: tuple[type, str, str],
-                 host: str) -> None:
-        self.cfg, self.client, self.run_id, self.coordinator_actor, self.host = cfg, client, run_id, coordinator, host
+    def __init__(self, cfg: RunConfig, *, client: Client, run_id: str, coordinator: tuple[type, str, str]) -> None:
+        self.cfg, self.client, self.run_id, self.coordinator_actor = cfg, client, run_id, coordinator
         self.here = coordinator[1]  # the coordinator's worker: trainers share it when no worker is free
         self.t0_wall = time.time()
-        self.directory = StageDirectory(node_for(run_id, [], host), run_id, cfg.stages)
+        self.directory = StageDirectory(node_for(run_id, []), run_id, cfg.stages)
         self.dht_peers = self.directory.node.maddrs()
         self.coordinator: Coordinator | None = None
         self._announced: dict[str, dict[str, Any]] = {}
         self._last_seen: dict[str, float] = {}
         self._placed: dict[str, str] = {self.here: "coordinator"}  # worker address -> what runs there
         self._initial_workers = set(cluster_workers(client))
-        client.run(join, run_id, self.dht_peers, host)  # every worker joins the DHT now, in parallel
+        client.run(join, run_id, self.dht_peers)  # every worker joins the DHT now, in parallel
 
     def clock(self) -> float:
         """Seconds since the run started, on the wall clock every worker shares."""
@@ -248,7 +247,7 @@ class DaskPeers:
                 return
             try:
                 # outside the coordinator's lock: the worker imports torch and joins the DHT (seconds)
-                self.client.run(join, self.run_id, self.dht_peers, self.host, workers=[worker])
+                self.client.run(join, self.run_id, self.dht_peers, workers=[worker])
                 name = c.members.add_peer(None)
             except Exception as exc:  # e.g. the worker left again before the peer started
                 c.emit(events.setting(c.clock(), name="worker_unused", value=f"{worker}: {type(exc).__name__}: {exc}"))
