@@ -93,10 +93,13 @@ class DaskPeers:
         self.coordinator = coordinator
 
     # -- placement -----------------------------------------------------------------------------
-    def _free_worker(self) -> str:
-        """A worker hosting nothing of this run: one that joined mid-run first, then GPU workers."""
+    def _free_worker(self, stage: int) -> str:
+        """A worker hosting nothing of this run for a peer of `stage`: one that joined mid-run
+        first, then GPU workers, then one on the machine with the fewest peers of `stage`."""
         workers = cluster_workers(self.client)
-        worker = peer_worker(workers, self._placed, self._initial_workers)
+        stage_hosts = [workers[p.worker].get("host") for p in self.coordinator.members.peers.values()
+                       if p.stage == stage and p.worker in workers]
+        worker = peer_worker(workers, self._placed, self._initial_workers, stage_hosts)
         if worker is None:
             raise NoFreeWorker(f"no free Dask worker for a new peer: all {len(workers)} workers host a peer, a trainer "
                                f"or the coordinator of this run; start another `dask worker` (with --resources GPU=1 "
@@ -119,7 +122,7 @@ class DaskPeers:
         waits, under the coordinator's lock, until the peer holds its state and the DHT lists it,
         so that no step boundary falls between the download and the peer's first step and
         trainers can find it. A peer counts as silent (and may be evicted) only once it started."""
-        worker = next((w for w, what in self._placed.items() if what == name), None) or self._free_worker()
+        worker = next((w for w, what in self._placed.items() if what == name), None) or self._free_worker(stage)
         self._placed[worker] = name
         key = f"labkit-peer-{self.run_id}-{name}-{uuid.uuid4().hex[:8]}"
         origin = None if source is None else (source.worker, source.key)
