@@ -24,7 +24,7 @@ import socket
 import threading
 from typing import Any
 
-from distributed import get_worker
+from distributed import Worker, get_worker
 from distributed.comm import get_address_host
 from hivemind.utils.timed_storage import get_dht_time
 from hivemind.dht.node import DHTNode
@@ -35,11 +35,13 @@ _TIMEOUT = 30.0  # seconds a DHT operation may take before it is an error
 LOOPBACK = "127.0.0.1"
 
 
-def own_host() -> str:
+def own_host(worker: str | None = None) -> str:
     """The address this process's node listens on and announces: the host of its Dask worker's
-    address (tcp://10.0.0.5:40123 -> 10.0.0.5), loopback outside a worker or in-process."""
+    address (tcp://10.0.0.5:40123 -> 10.0.0.5), loopback outside a worker or in-process.
+    worker: that address, where `get_worker()` cannot tell it (outside a task: in `Client.run`,
+    in a thread a task started)."""
     try:
-        address = get_worker().address
+        address = worker or get_worker().address
     except ValueError:  # not in a worker
         return LOOPBACK
     return LOOPBACK if address.startswith("inproc://") else get_address_host(address)
@@ -135,18 +137,19 @@ _NODES: dict[str, DhtNode] = {}
 _NODES_LOCK = threading.Lock()
 
 
-def node_for(run_id: str, initial_peers: list[str]) -> DhtNode:
-    """This process's DHT node for run `run_id`, started on first use on `own_host()` (peers,
-    trainers and the coordinator that share a worker process share its node)."""
+def node_for(run_id: str, initial_peers: list[str], worker: str | None = None) -> DhtNode:
+    """This process's DHT node for run `run_id`, started on first use on `own_host(worker)`
+    (peers, trainers and the coordinator that share a worker process share its node)."""
     with _NODES_LOCK:
         if run_id not in _NODES:
-            _NODES[run_id] = DhtNode(initial_peers, own_host())
+            _NODES[run_id] = DhtNode(initial_peers, own_host(worker))
         return _NODES[run_id]
 
 
-def join(run_id: str, initial_peers: list[str]) -> None:
-    """Start this process's node of run `run_id` (`Client.run` calls this on every worker)."""
-    node_for(run_id, initial_peers)
+def join(run_id: str, initial_peers: list[str], dask_worker: Worker | None = None) -> None:
+    """Start this process's node of run `run_id` (`Client.run` calls this on every worker and
+    passes it as `dask_worker`)."""
+    node_for(run_id, initial_peers, None if dask_worker is None else dask_worker.address)
 
 
 def release(run_id: str) -> None:

@@ -76,7 +76,7 @@ class DaskPeers:
         self.cfg, self.client, self.run_id, self.coordinator_actor = cfg, client, run_id, coordinator
         self.here = coordinator[1]  # the coordinator's worker: trainers share it when no worker is free
         self.t0_wall = time.time()
-        self.directory = StageDirectory(node_for(run_id, []), run_id, cfg.stages)
+        self.directory = StageDirectory(node_for(run_id, [], self.here), run_id, cfg.stages)
         self.dht_peers = self.directory.node.maddrs()
         self.coordinator: Coordinator | None = None
         self._announced: dict[str, dict[str, Any]] = {}
