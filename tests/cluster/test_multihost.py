@@ -9,8 +9,6 @@ death (SIGKILL of every process in its namespace) is survived on the other with 
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +20,9 @@ from distributed.comm import get_address_host
 import labkit
 from labkit.config import RunConfig
 from tests.cluster.helpers import assert_exact_accounting
-from tests.cluster.hosts import Host, emulated_hosts, why_no_hosts
+from tests.cluster.hosts import Host, emulated_hosts, start_dask, why_no_hosts
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
-PORT = 8786  # the scheduler's default port: each host is a namespace of its own, so it is free
 WORKERS = {"a": 4, "b": 3}  # a: the coordinator (lowest address), a peer of each stage, a trainer; b: the rest
 
 
@@ -44,19 +40,8 @@ def machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machines]:
     reason = why_no_hosts()
     if reason is not None:
         pytest.skip(reason)
-    logs = tmp_path_factory.mktemp("hosts")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     with emulated_hosts(3) as (head, a, b):
-        address = f"tcp://{head.address}:{PORT}"
-        head.start([sys.executable, "-m", "dask", "scheduler", "--port", str(PORT), "--no-dashboard"], env,
-                   logs / "scheduler.log")
-        for name, host in (("a", a), ("b", b)):
-            host.start([sys.executable, "-m", "dask", "worker", address, "--nthreads", "1", "--nworkers",
-                        str(WORKERS[name]), "--no-dashboard", "--local-directory", str(logs / name)], env,
-                       logs / f"workers-{name}.log")
-        with Client(address, timeout=60) as client:
-            client.wait_for_workers(sum(WORKERS.values()), timeout=180)
-        yield Machines(address, a, b)
+        yield Machines(start_dask(head, [(a, WORKERS["a"]), (b, WORKERS["b"])], tmp_path_factory.mktemp("hosts")), a, b)
 
 
 def _dht_addresses(run_id: str) -> list[str]:
