@@ -91,7 +91,8 @@ def test_two_hosts_train_and_one_host_dying_leaves_exact_accounting(machines: Ma
     assert_exact_accounting(run, cfg)
     killed = [e for e in run.events.history("peer") if e["state"] == "killed"]
     assert sorted(e["peer"] for e in killed) == sorted(on[b.address]), killed
-    after = [e for e in run.events.history("hop") if e["t"] > max(e["t"] for e in killed)]
+    gone = max(e["t"] for e in killed)
+    after = [e for e in run.events.history("hop") if e["t"] > gone]
     assert after and {e["peer"] for e in after} <= set(on[a.address]), "only host a serves after b died"
     steps = run.events.history("step")
     assert steps[-1]["loss"] < steps[0]["loss"], [s["loss"] for s in steps]
