@@ -31,8 +31,10 @@ def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | No
     backend: "inprocess" (threads in this process) or "dask" (every peer and trainer an actor on
     its own worker of a Dask cluster); None: "dask" if a scheduler is given, else "inprocess".
     scheduler: the address of a running `dask scheduler` (None with "dask": an embedded
-    LocalCluster of worker processes on this machine). host: with "dask", the interface the DHT
-    nodes (and an embedded cluster) listen on: loopback unless you say otherwise.
+    LocalCluster of worker processes on this machine). host: the interface an embedded cluster
+    listens on, loopback unless you say otherwise. Each worker's DHT node listens on and announces
+    the host of that worker's own address, so on a cluster of several machines each is found at
+    its machine's address (the one the scheduler reaches that worker at).
     run_dir: where to write events.jsonl, summary.json and the final checkpoint. resume: a
     checkpoint to continue from. trace: print one line per hop (`t0 → s1p0 forward 12.3 KB 4.1 ms`).
     """

@@ -22,6 +22,16 @@ def test_peers_take_gpu_workers_first_and_newcomers_before_both() -> None:
     assert peer_worker(grown, {"tcp://a:1"}, initial) == "tcp://e:1"
 
 
+def test_a_stage_s_peers_spread_over_machines() -> None:
+    """Two machines (hosts 10.0.0.3 and 10.0.0.4): the next peer of a stage goes to the machine
+    with fewer of that stage's peers, even where the other has a lower address."""
+    two = {"tcp://10.0.0.3:1": {**CPU, "host": "10.0.0.3"}, "tcp://10.0.0.3:2": {**CPU, "host": "10.0.0.3"},
+           "tcp://10.0.0.4:1": {**CPU, "host": "10.0.0.4"}}
+    assert peer_worker(two, set(), set(two)) == "tcp://10.0.0.3:1"
+    assert peer_worker(two, {"tcp://10.0.0.3:1"}, set(two), ["10.0.0.3"]) == "tcp://10.0.0.4:1"
+    assert peer_worker(two, {"tcp://10.0.0.3:1"}, set(two), []) == "tcp://10.0.0.3:2", "another stage's peer"
+
+
 def test_trainers_take_free_cpu_workers_then_share_the_fallback() -> None:
     taken = {"tcp://a:1", "tcp://b:1"}  # coordinator and one peer
     assert trainer_workers(WORKERS, taken, 3, "tcp://a:1") == ["tcp://c:1", "tcp://d:1", "tcp://a:1"]

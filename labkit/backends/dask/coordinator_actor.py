@@ -25,12 +25,12 @@ TRAINER_CALLS = ("stage_empty", "peer_timed_out", "peer_failed", "fail")  # what
 class CoordinatorActor:
     """The run on a worker: ledger, step boundary and event log; peers and trainers elsewhere."""
 
-    def __init__(self, run_id: str, key: str, cfg: RunConfig, resume: dict[str, Any] | None, host: str) -> None:
+    def __init__(self, run_id: str, key: str, cfg: RunConfig, resume: dict[str, Any] | None) -> None:
         self._pool = ThreadPoolExecutor(cfg.trainers + 16, thread_name_prefix="coordinator")
         client, me = get_client(), (CoordinatorActor, get_worker().address, key)
 
         def peers(c: RunConfig, corpus: Corpus) -> DaskPeers:
-            return DaskPeers(c, client=client, run_id=run_id, coordinator=me, host=host)
+            return DaskPeers(c, client=client, run_id=run_id, coordinator=me)
 
         self.run = LocalRun(cfg, peers, resume=resume)
 

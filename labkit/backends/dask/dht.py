@@ -9,36 +9,65 @@ peer that leaves on purpose is overwritten by a newer tombstone, so it vanishes 
 of after its expiration.
 
 The node runs `hivemind.DHTNode` on an event-loop thread of this process: `hivemind.DHT` would
-start a child process, which Dask's daemonic worker processes may not do.
+start a child process, which Dask's daemonic worker processes may not do. A worker's node listens
+on, and announces, the host of that worker's own Dask address: the others already reach the worker
+there, so on several machines each node is found at its machine's address (a node on 0.0.0.0
+would announce every interface, loopback included, and one host string cannot be every machine's
+own address). Outside a worker, and on an embedded loopback cluster, that is 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import socket
 import threading
 from typing import Any
 
+from distributed import Worker, get_worker
+from distributed.comm import get_address_host
 from hivemind.utils.timed_storage import get_dht_time
 from hivemind.dht.node import DHTNode
 
 ANNOUNCE_PERIOD = 1.0  # seconds between a peer's refreshes
 ANNOUNCE_TTL = 8.0  # a record expires this long after its refresh: a silent peer is gone by then
 _TIMEOUT = 30.0  # seconds a DHT operation may take before it is an error
-LOOPBACK = ("127.0.0.1", "localhost")
+LOOPBACK = "127.0.0.1"
+
+
+def own_host(worker: str | None = None) -> str:
+    """The address this process's node listens on and announces: the host of its Dask worker's
+    address (tcp://10.0.0.5:40123 -> 10.0.0.5), loopback outside a worker or in-process.
+    worker: that address, where `get_worker()` cannot tell it (outside a task: in `Client.run`,
+    in a thread a task started)."""
+    try:
+        address = worker or get_worker().address
+    except ValueError:  # not in a worker
+        return LOOPBACK
+    return LOOPBACK if address.startswith("inproc://") else get_address_host(address)
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """`host` as an IP address (a host name is resolved)."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return ipaddress.ip_address(socket.gethostbyname(host))
 
 
 class DhtNode:
-    """One hivemind DHT node, listening on `host` (loopback unless configured otherwise).
+    """One hivemind DHT node, listening on (and announcing) the address `host`, loopback by default.
 
     On loopback the libp2p daemon's NAT port mapping and AutoNAT are off: they bind UDP sockets
     on every interface (UPnP / NAT-PMP discovery), which a loopback run must not expose."""
 
-    def __init__(self, initial_peers: list[str], host: str = "127.0.0.1") -> None:
+    def __init__(self, initial_peers: list[str], host: str = LOOPBACK) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="labkit-dht", daemon=True)
         self._thread.start()
-        nat = {} if host not in LOOPBACK else {"nat_port_map": False, "auto_nat": False}
-        self._node: DHTNode = self._run(DHTNode.create(initial_peers=initial_peers, host_maddrs=[f"/ip4/{host}/tcp/0"],
+        ip = _ip(host)
+        nat = {"nat_port_map": False, "auto_nat": False} if ip.is_loopback else {}
+        self._node: DHTNode = self._run(DHTNode.create(initial_peers=initial_peers, host_maddrs=[f"/ip{ip.version}/{ip}/tcp/0"],
                                                        cache_locally=False, cache_on_store=False, **nat))
 
     def _run(self, coro: Any) -> Any:
@@ -108,18 +137,19 @@ _NODES: dict[str, DhtNode] = {}
 _NODES_LOCK = threading.Lock()
 
 
-def node_for(run_id: str, initial_peers: list[str], host: str = "127.0.0.1") -> DhtNode:
-    """This process's DHT node for run `run_id`, started on first use (peers, trainers and the
-    coordinator that share a worker process share its node)."""
+def node_for(run_id: str, initial_peers: list[str], worker: str | None = None) -> DhtNode:
+    """This process's DHT node for run `run_id`, started on first use on `own_host(worker)`
+    (peers, trainers and the coordinator that share a worker process share its node)."""
     with _NODES_LOCK:
         if run_id not in _NODES:
-            _NODES[run_id] = DhtNode(initial_peers, host)
+            _NODES[run_id] = DhtNode(initial_peers, own_host(worker))
         return _NODES[run_id]
 
 
-def join(run_id: str, initial_peers: list[str], host: str = "127.0.0.1") -> None:
-    """Start this process's node of run `run_id` (`Client.run` calls this on every worker)."""
-    node_for(run_id, initial_peers, host)
+def join(run_id: str, initial_peers: list[str], dask_worker: Worker | None = None) -> None:
+    """Start this process's node of run `run_id` (`Client.run` calls this on every worker and
+    passes it as `dask_worker`)."""
+    node_for(run_id, initial_peers, None if dask_worker is None else dask_worker.address)
 
 
 def release(run_id: str) -> None:

@@ -72,19 +72,18 @@ class DaskPeers:
 
     coordinator: (class, worker address, key) of the coordinator's actor, which trainers call."""
 
-    def __init__(self, cfg: RunConfig, *, client: Client, run_id: str, coordinator: tuple[type, str, str],
-                 host: str) -> None:
-        self.cfg, self.client, self.run_id, self.coordinator_actor, self.host = cfg, client, run_id, coordinator, host
+    def __init__(self, cfg: RunConfig, *, client: Client, run_id: str, coordinator: tuple[type, str, str]) -> None:
+        self.cfg, self.client, self.run_id, self.coordinator_actor = cfg, client, run_id, coordinator
         self.here = coordinator[1]  # the coordinator's worker: trainers share it when no worker is free
         self.t0_wall = time.time()
-        self.directory = StageDirectory(node_for(run_id, [], host), run_id, cfg.stages)
+        self.directory = StageDirectory(node_for(run_id, [], self.here), run_id, cfg.stages)
         self.dht_peers = self.directory.node.maddrs()
         self.coordinator: Coordinator | None = None
         self._announced: dict[str, dict[str, Any]] = {}
         self._last_seen: dict[str, float] = {}
         self._placed: dict[str, str] = {self.here: "coordinator"}  # worker address -> what runs there
         self._initial_workers = set(cluster_workers(client))
-        client.run(join, run_id, self.dht_peers, host)  # every worker joins the DHT now, in parallel
+        client.run(join, run_id, self.dht_peers)  # every worker joins the DHT now, in parallel
 
     def clock(self) -> float:
         """Seconds since the run started, on the wall clock every worker shares."""
@@ -94,10 +93,13 @@ class DaskPeers:
         self.coordinator = coordinator
 
     # -- placement -----------------------------------------------------------------------------
-    def _free_worker(self) -> str:
-        """A worker hosting nothing of this run: one that joined mid-run first, then GPU workers."""
+    def _free_worker(self, stage: int) -> str:
+        """A worker hosting nothing of this run for a peer of `stage`: one that joined mid-run
+        first, then GPU workers, then one on the machine with the fewest peers of `stage`."""
         workers = cluster_workers(self.client)
-        worker = peer_worker(workers, self._placed, self._initial_workers)
+        stage_hosts = [workers[p.worker].get("host") for p in self.coordinator.members.peers.values()
+                       if p.stage == stage and p.worker in workers]
+        worker = peer_worker(workers, self._placed, self._initial_workers, stage_hosts)
         if worker is None:
             raise NoFreeWorker(f"no free Dask worker for a new peer: all {len(workers)} workers host a peer, a trainer "
                                f"or the coordinator of this run; start another `dask worker` (with --resources GPU=1 "
@@ -120,7 +122,7 @@ class DaskPeers:
         waits, under the coordinator's lock, until the peer holds its state and the DHT lists it,
         so that no step boundary falls between the download and the peer's first step and
         trainers can find it. A peer counts as silent (and may be evicted) only once it started."""
-        worker = next((w for w, what in self._placed.items() if what == name), None) or self._free_worker()
+        worker = next((w for w, what in self._placed.items() if what == name), None) or self._free_worker(stage)
         self._placed[worker] = name
         key = f"labkit-peer-{self.run_id}-{name}-{uuid.uuid4().hex[:8]}"
         origin = None if source is None else (source.worker, source.key)
@@ -248,7 +250,7 @@ class DaskPeers:
                 return
             try:
                 # outside the coordinator's lock: the worker imports torch and joins the DHT (seconds)
-                self.client.run(join, self.run_id, self.dht_peers, self.host, workers=[worker])
+                self.client.run(join, self.run_id, self.dht_peers, workers=[worker])
                 name = c.members.add_peer(None)
             except Exception as exc:  # e.g. the worker left again before the peer started
                 c.emit(events.setting(c.clock(), name="worker_unused", value=f"{worker}: {type(exc).__name__}: {exc}"))

@@ -66,7 +66,7 @@ class DaskRun(RunHandle):
             client.run(_warm_up)  # every worker imports torch and labkit now, in parallel
             worker = coordinator_worker(cluster_workers(client))
             key = f"labkit-coordinator-{self.run_id}"
-            owner = client.submit(CoordinatorActor, self.run_id, key, self.config, checkpoint, host, key=key, actor=True,
+            owner = client.submit(CoordinatorActor, self.run_id, key, self.config, checkpoint, key=key, actor=True,
                                   workers=[worker], allow_other_workers=False)
             self._coordinator = owner.result(START_TIMEOUT)
             self._ready.set()

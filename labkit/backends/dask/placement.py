@@ -1,12 +1,14 @@
 """Which Dask worker hosts what: pure rules over the scheduler's worker table.
 
 `workers` maps a worker's address to its scheduler info (its "resources" say whether it was
-started with `--resources GPU=1`). Peers want a worker of their own, GPU workers first; the
-coordinator and trainers prefer CPU workers, leaving GPUs to peers.
+started with `--resources GPU=1`; its "host", which machine it is on). Peers want a worker of
+their own, GPU workers first, spread over machines within a stage; the coordinator and trainers
+prefer CPU workers, leaving GPUs to peers.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -22,11 +24,17 @@ def coordinator_worker(workers: Workers) -> str:
     return min(workers, key=lambda w: (has_gpu(workers[w]), w))
 
 
-def peer_worker(workers: Workers, taken: Collection[str], initial: Collection[str]) -> str | None:
+def peer_worker(workers: Workers, taken: Collection[str], initial: Collection[str],
+                stage_hosts: Collection[str] = ()) -> str | None:
     """A worker hosting nothing of the run: one that joined after the run started first (it came
-    to serve), then GPU workers; None when every worker is taken."""
+    to serve), then GPU workers, then one on the machine with the fewest of the stage's peers
+    (`stage_hosts`: the hosts they run on), so that losing a machine leaves the stage its peers
+    elsewhere; None when every worker is taken."""
     free = [w for w in workers if w not in taken]
-    return min(free, key=lambda w: (w in initial, not has_gpu(workers[w]), w)) if free else None
+    crowd = Counter(stage_hosts)
+    if not free:
+        return None
+    return min(free, key=lambda w: (w in initial, not has_gpu(workers[w]), crowd[workers[w].get("host")], w))
 
 
 def trainer_workers(workers: Workers, taken: Collection[str], count: int, fallback: str) -> list[str]:
