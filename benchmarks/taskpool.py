@@ -20,9 +20,11 @@ import statistics
 import labkit
 from labkit.config import ModelConfig, RunConfig
 
+WARMUP = 3  # steps left out of the speed measurement
 
-def measure(cfg: RunConfig, every: int, warmup: int) -> tuple[float, int]:
-    """(tokens per second after the warm-up, samples whose finished work the kills destroyed)."""
+
+def measure(cfg: RunConfig, every: int) -> tuple[float, int]:
+    """(tokens per second after the warm-up, forward samples computed beyond the minimum)."""
     run = labkit.launch(cfg)
     try:
         for step in range(every, cfg.steps, every) if every else ():
@@ -37,21 +39,32 @@ def measure(cfg: RunConfig, every: int, warmup: int) -> tuple[float, int]:
     finally:
         run.stop()
     assert summary["status"] == "finished", summary
-    if cfg.executor == "swarm":  # the samples whose accumulated gradients died with a peer
-        lost = sum(e["lost_samples"] for e in run.events.history("peer") if e["state"] == "killed")
-    else:  # the forward results (kept activations, unsent gradients) that died with a client
-        stats = [e["value"] for e in run.events.history("setting") if e["name"] == "taskpool"]
-        lost = sum(s["lost_samples"] for s in stats[-cfg.stages:])
-    steps = [e for e in run.events.history("step") if e["step"] > warmup]
+    return _speed(run), extra_forward(run, cfg)
+
+
+def extra_forward(run: labkit.RunHandle, cfg: RunConfig) -> int:
+    """Forward samples computed beyond one per sample per stage per step, from the hop events (a
+    task-pool hop carries its slice; a recompute task runs the forward again; a SWARM hop is a
+    whole microbatch)."""
+    done = 0
+    for hop in run.events.history("hop"):
+        if "kind" in hop:
+            done += (hop["end"] - hop["start"]) if hop["kind"] in ("forward", "recompute") else 0
+        elif hop["direction"] == "forward":
+            done += cfg.microbatch
+    return done - cfg.steps * cfg.global_batch * cfg.stages
+
+
+def _speed(run: labkit.RunHandle) -> float:
+    steps = [e for e in run.events.history("step") if e["step"] > WARMUP]
     tokens = sum(e["tokens"] for e in steps[1:])
-    return tokens / (steps[-1]["t"] - steps[0]["t"]), lost
+    return tokens / (steps[-1]["t"] - steps[0]["t"])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--every", type=int, default=5, help="steps between kills (with churn)")
-    parser.add_argument("--warmup", type=int, default=3, help="steps left out of the measurement")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     base = RunConfig(model=ModelConfig(size="nano", seq_len=64), stages=2, peers=2, trainers=4, global_batch=32,
@@ -62,16 +75,16 @@ def main() -> None:
         order = ["swarm", "taskpool"] if repeat % 2 == 0 else ["taskpool", "swarm"]
         for churn in (False, True):
             for executor in order:
-                speed, lost = measure(base.replace(executor=executor), args.every if churn else 0, args.warmup)
+                speed, lost = measure(base.replace(executor=executor), args.every if churn else 0)
                 results.setdefault((executor, churn), []).append(speed)
                 if churn:
                     recomputed.setdefault(executor, []).append(lost)
-                print(f"repeat {repeat} {executor:8s} churn={churn!s:5s} tokens/s={speed:,.0f} lost={lost}")
+                print(f"repeat {repeat} {executor:8s} churn={churn!s:5s} tokens/s={speed:,.0f} extra forward samples={lost}")
     med = {key: statistics.median(values) for key, values in results.items()}
     for churn in (False, True):
         print(f"churn={churn}: swarm {med['swarm', churn]:,.0f} tokens/s, taskpool {med['taskpool', churn]:,.0f} "
               f"tokens/s, ratio {med['taskpool', churn] / med['swarm', churn]:.3f}")
-    print("samples whose finished work the kills destroyed, per run (median): " +
+    print("forward samples computed beyond the minimum, per run with churn (median): " +
           ", ".join(f"{k} {statistics.median(v):g}" for k, v in recomputed.items()))
     print(f"taskpool_over_swarm_quiet={med['taskpool', False] / med['swarm', False]:.3f}")
     print(f"taskpool_over_swarm_churn={med['taskpool', True] / med['swarm', True]:.3f}")

@@ -22,7 +22,7 @@ import torch
 from labkit import events
 from labkit.backends.dask.atom_actor import ReplicaActor
 from labkit.backends.dask.connect import connect
-from labkit.backends.dask.dht import StageDirectory, join, node_for, release
+from labkit.backends.dask.dht import DhtNode, StageDirectory, host_toward, join, release
 from labkit.backends.dask.fleet import WORKER_CHECK, NoFreeWorker
 from labkit.backends.dask.placement import peer_worker
 from labkit.backends.dask.remote import START_TIMEOUT
@@ -104,16 +104,17 @@ class RemoteReplica:
 
 class DaskReplicas:
     """A `ReplicaHost` whose replicas are actors on the workers of a Dask cluster (the one at
-    `scheduler`, or an embedded `LocalCluster` of `atom.replicas` + 1 worker processes)."""
+    `scheduler`, or an embedded `LocalCluster` of `atom.replicas` + 1 worker processes on `host`)."""
 
     def __init__(self, cfg: RunConfig, corpus: Corpus, params: Mapping[str, Any], emit: Callable[[events.Event], None],
                  clock: Callable[[], float], *, scheduler: str | None, host: str) -> None:
         self.cfg, self.emit, self.clock, self.t0_wall = cfg, emit, clock, _wall_zero(clock)
         self.client, self.cluster = connect(scheduler, cfg, host)
         self.run_id = uuid.uuid4().hex[:12]
-        self.directory = StageDirectory(node_for(self.run_id, [], host), self.run_id, 1)
+        # the run's first DHT node: here, on the interface that reaches the scheduler (and so the workers)
+        self.directory = StageDirectory(DhtNode([], host_toward(self.client.scheduler.address)), self.run_id, 1)
         self.dht_peers = self.directory.node.maddrs()
-        self.client.run(join, self.run_id, self.dht_peers, host)  # every worker joins the DHT now, in parallel
+        self.client.run(join, self.run_id, self.dht_peers)  # every worker joins the DHT now, in parallel
         self._placed: dict[str, RemoteReplica | None] = {}  # worker address -> its replica (None: starting)
         self._initial = set(cluster_workers(self.client))
         self._closed = threading.Event()
@@ -171,7 +172,7 @@ class DaskReplicas:
     def close(self) -> None:
         """Stop watching, shut down every DHT node of the run, and release the cluster."""
         self._closed.set()
-        for call in (partial(self.client.run, release, self.run_id), partial(release, self.run_id),
+        for call in (partial(self.client.run, release, self.run_id), self.directory.node.shutdown,
                      self.client.close, *([self.cluster.close] if self.cluster is not None else [])):
             try:
                 call()

@@ -47,6 +47,18 @@ def own_host(worker: str | None = None) -> str:
     return LOOPBACK if address.startswith("inproc://") else get_address_host(address)
 
 
+def host_toward(address: str) -> str:
+    """This process's address on the interface that reaches `address` (a scheduler's
+    tcp://host:port): what a node outside any worker (the driver's) listens on so that workers on
+    other machines reach it; loopback when `address` is on this machine's loopback."""
+    host = get_address_host(address)
+    if _ip(host).is_loopback:
+        return LOOPBACK
+    with socket.socket(socket.AF_INET6 if _ip(host).version == 6 else socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, 9))  # no packet is sent: this only picks the route
+        return probe.getsockname()[0]
+
+
 def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """`host` as an IP address (a host name is resolved)."""
     try:
