@@ -31,8 +31,8 @@ class ReplicaActor:
     """Replica `name` on this worker (on its GPU if it has one), from `state` or from a copy of
     the live replica whose actor is at `source` = (worker address, actor key)."""
 
-    def __init__(self, run_id: str, key: str, name: str, cfg: RunConfig, state: dict[str, Any] | None,
-                 source: tuple[str, str] | None, step: int, dht_peers: list[str], t0_wall: float) -> None:
+    def __init__(self, run_id: str, name: str, cfg: RunConfig, state: dict[str, Any] | None,
+                 source: tuple[str, str] | None, step: int, dht_peers: list[str], t0_wall: float, key: str) -> None:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         if source is not None:

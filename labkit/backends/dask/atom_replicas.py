@@ -9,9 +9,7 @@ run drops it and has its microbatches computed again by the others.
 
 from __future__ import annotations
 
-import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -21,12 +19,9 @@ import torch
 
 from labkit import events
 from labkit.backends.dask.atom_actor import ReplicaActor
-from labkit.backends.dask.connect import connect
+from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
 from labkit.backends.dask.dht import DhtNode, StageDirectory, host_toward, join, release
-from labkit.backends.dask.fleet import WORKER_CHECK, NoFreeWorker
-from labkit.backends.dask.placement import peer_worker
 from labkit.backends.dask.remote import START_TIMEOUT
-from labkit.backends.dask.workers import cluster_workers
 from labkit.config import RunConfig
 from labkit.data import Corpus
 from labkit.runtime.atom.engine import swap_event
@@ -38,68 +33,42 @@ from labkit.swarm.ledger import Task
 
 
 class RemoteReplica:
-    """A `ReplicaPort` on the replica actor `key` on `worker`. Once the replica is interrupted
-    or its worker is gone (`crashed`), a call waiting on it stops waiting at once."""
+    """A `ReplicaPort` on a replica actor; once interrupted or its worker gone, a call waiting on
+    it stops waiting at once (an iteration with `Interrupted`, the rest with `ReplicaLost`)."""
 
-    def __init__(self, name: str, worker: str, key: str, owner: Any, emit: Callable[[events.Event], None],
-                 clock: Callable[[], float], on_close: Callable[[RemoteReplica], None]) -> None:
-        self.name, self.worker, self.key, self._owner = name, worker, key, owner
-        self.actor = owner.result(START_TIMEOUT)
+    def __init__(self, handle: ActorHandle, emit: Callable[[events.Event], None], clock: Callable[[], float],
+                 on_close: Callable[[ActorHandle], None]) -> None:
+        self.handle, self.worker, self.key = handle, handle.worker, handle.key
         self._emit, self._clock, self._on_close = emit, clock, on_close
-        self._gone, self._interrupted = threading.Event(), threading.Event()
-
-    def _call(self, method: str, *args: Any) -> Any:
-        """`method(*args)` on the actor. A broken wire (the worker died, perhaps before the
-        scheduler noticed) is `ReplicaLost`; an error the replica raised is raised here."""
-        try:
-            future = getattr(self.actor, method)(*args)
-            while not future.done():
-                if self._gone.wait(0.02):
-                    raise ReplicaLost(f"{self.name}: its Dask worker {self.worker} left the cluster")
-                if self._interrupted.is_set() and method == "iteration":
-                    raise Interrupted(self.name)
-            return future.result()
-        except Exception as exc:
-            if not wire_broke(exc):
-                raise
-            raise ReplicaLost(f"{self.name}: its Dask worker {self.worker} cannot be reached "
-                              f"({type(exc).__name__}: {exc})") from None
-
-    def crashed(self) -> None:
-        self._gone.set()
 
     def iteration(self, tasks: Sequence[Task]) -> list[float]:
-        losses, spans = self._call("iteration", list(tasks))
+        try:
+            losses, spans = self.handle.call("iteration", list(tasks), interruptible=True)
+        except ReplicaLost:
+            if self.handle.stopped.is_set() and not self.handle.gone.is_set():
+                raise Interrupted(self.handle.name) from None
+            raise
         for span in spans:
-            self._emit(swap_event(self._clock(), self.name, span))
+            self._emit(swap_event(self._clock(), self.handle.name, span))
         return losses
 
     def gradients(self) -> list[torch.Tensor]:
-        return self._call("gradients")
+        return self.handle.call("gradients")
 
     def apply(self, total: Sequence[torch.Tensor], step: int) -> None:
-        self._call("apply", list(total), step)
+        self.handle.call("apply", list(total), step)
 
     def state(self) -> dict[str, Any]:
-        return self._call("state")
+        return self.handle.call("state")
 
     def interrupt(self) -> None:
-        self._interrupted.set()
-        try:
-            self.actor.interrupt()
-        except Exception as exc:
-            if not wire_broke(exc):
-                raise
+        self.handle.stopped.set()
+        self.handle.tell("interrupt")
 
     def close(self) -> None:
         """Release the actor (after its own clean-up, if its worker still answers) and its worker."""
-        try:
-            if not self._gone.is_set():
-                self.actor.close().result(30)
-        except Exception:  # its worker died meanwhile: nothing left to close
-            pass
-        self._owner = None
-        self._on_close(self)
+        self.handle.release("close")
+        self._on_close(self.handle)
 
 
 class DaskReplicas:
@@ -108,45 +77,27 @@ class DaskReplicas:
 
     def __init__(self, cfg: RunConfig, corpus: Corpus, params: Mapping[str, Any], emit: Callable[[events.Event], None],
                  clock: Callable[[], float], *, scheduler: str | None, host: str) -> None:
-        self.cfg, self.emit, self.clock, self.t0_wall = cfg, emit, clock, _wall_zero(clock)
-        self.client, self.cluster = connect(scheduler, cfg, host)
-        self.run_id = uuid.uuid4().hex[:12]
+        self.cfg, self.emit, self.clock, self.t0_wall = cfg, emit, clock, time.time() - clock()
+        self.fleet = ActorFleet(cfg, scheduler, host, ReplicaLost)
+        client, self.run_id = self.fleet.client, self.fleet.run_id
         # the run's first DHT node: here, on the interface that reaches the scheduler (and so the workers)
-        self.directory = StageDirectory(DhtNode([], host_toward(self.client.scheduler.address)), self.run_id, 1)
+        self.directory = StageDirectory(DhtNode([], host_toward(client.scheduler.address)), self.run_id, 1)
         self.dht_peers = self.directory.node.maddrs()
-        self.client.run(join, self.run_id, self.dht_peers)  # every worker joins the DHT now, in parallel
-        self._placed: dict[str, RemoteReplica | None] = {}  # worker address -> its replica (None: starting)
-        self._initial = set(cluster_workers(self.client))
-        self._closed = threading.Event()
-        threading.Thread(target=self._watch_workers, name="labkit-atom-workers", daemon=True).start()
+        client.run(join, self.run_id, self.dht_peers)  # every worker joins the DHT now, in parallel
 
     def spawn(self, name: str, state: Mapping[str, Any] | None, source: ReplicaPort | None, step: int) -> RemoteReplica:
-        """Start replica `name` on a free worker (one that joined mid-run first, then GPU workers);
-        a joiner downloads its state from `source`'s actor, worker to worker."""
-        workers = cluster_workers(self.client)
-        worker = peer_worker(workers, self._placed, self._initial)
-        if worker is None:
-            raise NoFreeWorker(f"no free Dask worker for a new replica: all {len(workers)} workers host one; start "
-                               f"another `dask worker` (with --resources GPU=1 on a GPU host) or use fewer replicas")
-        self._placed[worker] = None
-        key = f"labkit-atom-{self.run_id}-{name}-{uuid.uuid4().hex[:8]}"
+        """Start replica `name` on a free worker; a joiner downloads its state from `source`'s
+        actor, worker to worker."""
         origin = None if source is None else (source.worker, source.key)
+        handle = self.fleet.start(name, ReplicaActor, self.run_id, name, self.cfg, None if source else dict(state),
+                                  origin, step, self.dht_peers, self.t0_wall)
         try:
-            owner = self.client.submit(ReplicaActor, self.run_id, key, name, self.cfg, None if source else dict(state),
-                                       origin, step, self.dht_peers, self.t0_wall, key=key, actor=True,
-                                       workers=[worker], allow_other_workers=False)
-            replica = RemoteReplica(name, worker, key, owner, self.emit, self.clock, self._free)
-            plan = replica.actor.describe().result(START_TIMEOUT)
+            plan = handle.actor.describe().result(START_TIMEOUT)
         except Exception:
-            del self._placed[worker]
+            self.fleet.free(handle)
             raise
-        self._placed[worker] = replica
         self.emit(events.setting(self.clock(), name="atom_partition", value=plan))
-        return replica
-
-    def _free(self, replica: RemoteReplica) -> None:
-        if self._placed.get(replica.worker) is replica:
-            del self._placed[replica.worker]
+        return RemoteReplica(handle, self.emit, self.clock, self.fleet.free)
 
     def heartbeats(self, replicas: Mapping[str, ReplicaPort], step: int) -> dict[str, int]:
         """Each replica's count of samples processed in `step`, as its last DHT heartbeat says."""
@@ -156,40 +107,9 @@ class DaskReplicas:
             return {}
         return {name: info["samples"] for name, info in found.items() if name in replicas and info["step"] == step}
 
-    def _watch_workers(self) -> None:
-        """A replica whose worker left the cluster (a SIGKILLed process is removed within about a
-        second) is crashed: calls waiting on it fail now."""
-        while not self._closed.wait(WORKER_CHECK):
-            try:
-                workers = cluster_workers(self.client)
-            except Exception:  # the scheduler is busy: ask again
-                continue
-            for worker, replica in list(self._placed.items()):
-                if worker not in workers and replica is not None:
-                    replica.crashed()
-                    self._free(replica)
-
     def close(self) -> None:
-        """Stop watching, shut down every DHT node of the run, and release the cluster."""
-        self._closed.set()
-        for call in (partial(self.client.run, release, self.run_id), self.directory.node.shutdown,
-                     self.client.close, *([self.cluster.close] if self.cluster is not None else [])):
-            try:
-                call()
-            except Exception:  # already gone: nothing to release
-                pass
-
-
-def wire_broke(exc: BaseException) -> bool:
-    """Whether `exc` says the actor's worker cannot be reached (not an error the actor raised):
-    a comm error (CommClosedError is an OSError) or distributed's plain RuntimeError for an
-    actor whose worker was lost."""
-    return isinstance(exc, OSError) or (type(exc) is RuntimeError and "Worker holding Actor was lost" in str(exc))
-
-
-def _wall_zero(clock: Callable[[], float]) -> float:
-    """The wall-clock time at which `clock` (seconds of the run, on the wall clock) read zero."""
-    return time.time() - clock()
+        """Shut down every DHT node of the run, and release the cluster."""
+        self.fleet.close(partial(self.fleet.client.run, release, self.run_id), self.directory.node.shutdown)
 
 
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
