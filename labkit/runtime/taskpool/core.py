@@ -2,7 +2,7 @@
 of the global batch per optimizer step.
 
 Each stage has reliable servers (`StageServers`: FS, BS, the master parameters) and unreliable
-clients (`StageClient`, a thread each). A pass enters every microbatch at the first stage's FS;
+clients (`Client`: a computer here or on a Dask worker, fed by a thread of the run). A pass enters every microbatch at the first stage's FS;
 clients take tasks from their stage's `StagePool`; when a microbatch's forward is complete at a
 stage its output becomes the next stage's input, and at the last stage the BS computes the loss
 and the output gradients; backward slices flow back the same way. When every stage is done the
@@ -24,8 +24,8 @@ import torch
 from labkit import events
 from labkit.config import RunConfig
 from labkit.data import WindowSampler
-from labkit.model.partition import stage_bounds
-from labkit.runtime.taskpool.client import StageClient
+from labkit.runtime.taskpool.client import Client
+from labkit.runtime.taskpool.ports import ClientHost, ClientLost
 from labkit.runtime.taskpool.servers import StageServers
 from labkit.taskpool import Task
 
@@ -36,12 +36,12 @@ class TaskPoolCore:
     """The servers, clients and passes of one task-pool run."""
 
     def __init__(self, cfg: RunConfig, sampler: WindowSampler, emit: Callable[[events.Event], None],
-                 clock: Callable[[], float], states: Sequence[dict[str, Any]], step: int = 0) -> None:
-        self.cfg, self.sampler, self.emit, self.clock = cfg, sampler, emit, clock
+                 clock: Callable[[], float], states: Sequence[dict[str, Any]], host: ClientHost, step: int = 0) -> None:
+        self.cfg, self.sampler, self.emit, self.clock, self.host = cfg, sampler, emit, clock, host
         self.stages = [StageServers(cfg, s, states[s]) for s in range(cfg.stages)]
         self.cond = threading.Condition()
         self.step = step
-        self.clients: dict[str, StageClient] = {}
+        self.clients: dict[str, Client] = {}
         self.delays: dict[str, float] = {}  # client -> seconds it holds each result (set_peer_delay)
         self.threads: list[threading.Thread] = []
         self.stopping = self.started = False
@@ -60,17 +60,16 @@ class TaskPoolCore:
 
     # -- membership ----------------------------------------------------------------------------
     def _join(self, stage: int) -> str:
-        servers = self.stages[stage]
-        client = StageClient(self.cfg, f"s{stage}c{next(self._numbers[stage])}", stage, servers.serving)
-        client.version = servers.version
-        servers.pool.client_joined(client.name, client.speed(), self.clock())
+        servers, name = self.stages[stage], f"s{stage}c{next(self._numbers[stage])}"
+        client = Client(name, stage, self.host.spawn(name, stage, servers.serving), servers.version)
+        servers.pool.client_joined(name, client.port.speed(), self.clock())
         self.clients[client.name] = client
         self.emit(events.peer(self.clock(), peer=client.name, stage=stage, state="joined", queue=0))
         if self.started:
             self._run(client)
         return client.name
 
-    def _run(self, client: StageClient) -> None:
+    def _run(self, client: Client) -> None:
         thread = threading.Thread(target=self._work, args=(client,), name=f"taskpool-{client.name}", daemon=True)
         self.threads.append(thread)
         thread.start()
@@ -87,7 +86,7 @@ class TaskPoolCore:
                 raise ValueError(f"stage={stage!r} is not allowed: None or an integer in [0, {self.cfg.stages})")
             return self._join(stage)
 
-    def _client(self, name: str) -> StageClient:
+    def _client(self, name: str) -> Client:
         client = self.clients.get(name)
         if client is None or not client.alive:
             raise ValueError(f"peer={name!r} is not allowed: one of the live clients "
@@ -101,12 +100,16 @@ class TaskPoolCore:
             if self.live(client.stage) == [name]:
                 raise ValueError(f"peer={name!r} is the last live client of stage {client.stage}: "
                                  f"add_peer({client.stage}) another before it leaves")
-            client.gone.set()
-            self.delays.pop(name, None)
-            posted = self.stages[client.stage].pool.client_lost(name, self.clock())
-            self.emit(events.peer(self.clock(), peer=name, stage=client.stage, state="killed", queue=0)
-                      | {"reason": "killed", "pooled_samples": sum(w.samples for w in posted)})
-            self.cond.notify_all()
+            self._lose(client, "killed")
+
+    def _lose(self, client: Client, reason: str) -> None:
+        """(lock held) `client` is gone: everything it held or was given goes to the pool."""
+        client.gone.set()
+        self.delays.pop(client.name, None)
+        posted = self.stages[client.stage].pool.client_lost(client.name, self.clock())
+        self.emit(events.peer(self.clock(), peer=client.name, stage=client.stage, state="killed", queue=0)
+                  | {"reason": reason, "pooled_samples": sum(w.samples for w in posted)})
+        self.cond.notify_all()
 
     def set_delay(self, name: str, seconds: float) -> None:
         """Make client `name` hold every result `seconds` longer (a slow device)."""
@@ -117,8 +120,7 @@ class TaskPoolCore:
     def peer_state(self, name: str) -> dict[str, Any]:
         """The parameters client `name` computes with (clients hold no optimizer state)."""
         with self.cond:
-            client = self._client(name)
-            return {"params": {k: v.detach().clone() for k, v in client.module.state_dict().items()}, "optimizer": None}
+            return {"params": self._client(name).port.params(), "optimizer": None}
 
     # -- the work ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -138,68 +140,71 @@ class TaskPoolCore:
             first.inputs[mb], self._targets[mb] = self.sampler.batch(self.step, mb, self.cfg.microbatch)
             first.pool.forward_ready(mb, self.clock())
 
-    def _next(self, client: StageClient) -> tuple[Task, StageServers, dict[str, torch.Tensor]] | None:
-        """(lock held) The client's next task and the tensors it needs; None when it must stop."""
+    def _next(self, client: Client) -> tuple[Task, StageServers, dict[str, Any]] | None:
+        """(lock held) The client's next task and what the servers send with it (its input slice,
+        its output-gradient slice, new parameters); None when the client must stop."""
         while not self.stopping and client.alive:
             servers = self.stages[client.stage]
-            if client.version != servers.version:
-                client.load(servers.serving, servers.version)
             if client.name not in servers.pool.clients():  # declared overdue: it joins again
-                servers.pool.client_joined(client.name, client.speed(), self.clock())
+                servers.pool.client_joined(client.name, client.port.speed(), self.clock())
                 self.emit(events.peer(self.clock(), peer=client.name, stage=client.stage, state="joined", queue=0)
                           | {"reason": "rejoined after it was overdue"})
             task = client.task = servers.pool.next_task(client.name, self.clock())
             if task is not None:
-                return task, servers, {"inputs": servers.inputs.get(task.microbatch), "grad_out": servers.grad_out.get(task.microbatch)}
+                mb, part = task.microbatch, slice(task.start, task.end)
+                sent = {"inputs": servers.inputs[mb][part] if task.kind != "backward" else None,
+                        "grad_out": servers.grad_out[mb][part] if task.kind != "forward" else None,
+                        "params": None if client.version == servers.version else (servers.serving, servers.version)}
+                client.version = servers.version
+                return task, servers, sent
             self.cond.wait(timeout=0.2)
         return None
 
-    def _work(self, client: StageClient) -> None:
+    def _work(self, client: Client) -> None:
         try:
             while True:
                 with self.cond:
                     got = self._next(client)
                 if got is None:
                     return
-                task, servers, held = got
+                task, servers, sent = got
+                if sent["params"] is not None:
+                    client.port.load(*sent["params"])
                 start = time.perf_counter()
                 if task.kind == "forward":
-                    result: Any = client.forward(task, held["inputs"])
+                    result: Any = client.port.forward(task, sent["inputs"])
                 else:
-                    result = client.backward(task, held["inputs"], held["grad_out"])
+                    result = client.port.backward(task, sent["inputs"], sent["grad_out"])
                 seconds = time.perf_counter() - start
                 client.gone.wait(self.delays.get(client.name, 0.0))  # a slow device; a kill ends the wait
                 with self.cond:
                     client.task = None
                     if client.alive and not self.stopping:
                         self._finish(client, servers, task, result, seconds)
-        except Exception as exc:  # a bug, not a fault: stop the run loudly
+        except ClientLost as exc:
+            with self.cond:
+                if client.alive:
+                    self._lose(client, str(exc))
+        except Exception as exc:
             self.fail(exc)
+        finally:
+            client.port.close()
 
-    def _finish(self, client: StageClient, servers: StageServers, task: Task, result: Any, seconds: float) -> None:
+    def _finish(self, client: Client, servers: StageServers, task: Task, result: Any, seconds: float) -> None:
         """(lock held) A task's result reached the servers: keep it, and move the pass on."""
         done = servers.pool.client_done(task, self.clock())
         if not done.credited:  # the servers gave up on it: the pool's copy counts instead
             return
         client.samples += task.end - task.start
         mb, stage = task.microbatch, servers.stage
-        sent = result if task.kind == "forward" else result[0]
-        self.emit(events.hop(self.clock(), trainer="servers", stage=stage, peer=client.name,
-                             direction="forward" if task.kind == "forward" else "backward",
-                             nbytes=0 if sent is None else sent.numel() * sent.element_size(), seconds=seconds,
+        nbytes = servers.receive(client.name, task, result)
+        self.emit(events.hop(self.clock(), trainer="servers", stage=stage, peer=client.name, nbytes=nbytes,
+                             direction="forward" if task.kind == "forward" else "backward", seconds=seconds,
                              microbatch=mb) | {"kind": task.kind, "start": task.start, "end": task.end})
-        if task.kind == "forward":
-            servers.put_output(mb, task.start, result)
-            if done.forward_complete:
-                self._forward_complete(stage, mb)
-        else:
-            grad_in, grads = result
-            servers.add_grads(grads)
-            if grad_in is not None:
-                servers.put_grad_in(mb, task.start, grad_in)
-            servers.pool.flush(client.name)
-            if done.backward_complete:
-                self._backward_complete(stage, mb)
+        if done.forward_complete:
+            self._forward_complete(stage, mb)
+        if done.backward_complete:
+            self._backward_complete(stage, mb)
         self.cond.notify_all()
 
     def _forward_complete(self, stage: int, mb: int) -> None:
@@ -255,7 +260,7 @@ class TaskPoolCore:
                         self.cond.notify_all()
                 self.cond.wait(timeout=MONITOR_PERIOD)
 
-    def fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> None:  # a bug, not a fault: the run stops loudly
         with self.cond:
             if self.error is None:
                 self.error = exc
@@ -275,7 +280,8 @@ class TaskPoolCore:
             thread.join(timeout)
 
     def close(self) -> None:
-        """Nothing to release: the clients are threads of this process and end with the run."""
+        """Release where the clients lived (a Dask cluster)."""
+        self.host.close()
 
     # -- what the handle reads -----------------------------------------------------------------
     def stage_states(self) -> list[dict[str, Any]]:
@@ -285,12 +291,8 @@ class TaskPoolCore:
 
     def state(self) -> dict[str, Any]:
         with self.cond:
-            bounds = stage_bounds(self.cfg.layer_split)
-            stages = [{"stage": s.stage, "layers": list(range(bounds[s.stage][0], sum(bounds[s.stage]))),
-                       "peers": [{"peer": n, "queue": 0, "samples": self.clients[n].samples, "worker": None,
-                                  "delay": self.delays.get(n, 0.0), "task": self.clients[n].doing()}
-                                 for n in self.live(s.stage)],
-                       "servers": list(s.pool.frontal + s.pool.backward), "pool": s.pool.stats()} for s in self.stages]
+            stages = [s.describe([self.clients[n].describe(self.delays.get(n, 0.0)) for n in self.live(s.stage)])
+                      for s in self.stages]
             return {"step": self.step, "loss": self.last_loss, "stages": stages,
                     "paused_stages": [s["stage"] for s in stages if not s["peers"]]}
 

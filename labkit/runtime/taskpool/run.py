@@ -15,7 +15,9 @@ from labkit import events
 from labkit.config import RunConfig
 from labkit.data import Corpus, WindowSampler
 from labkit.runtime.core_run import CoreRun
+from labkit.runtime.taskpool.client import LocalClients
 from labkit.runtime.taskpool.core import TaskPoolCore
+from labkit.runtime.taskpool.ports import ClientHost
 
 WHY_NOT = {
     "move_peer": "a client joins the stage it is added to: kill it and add_peer(stage) elsewhere",
@@ -27,12 +29,18 @@ WHY_NOT = {
 
 
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
-           trace: bool = False) -> CoreRun:
-    """Start a task-pool run whose servers and clients are threads of this process; returns at once."""
+           trace: bool = False, clients: Callable[[RunConfig], ClientHost] = LocalClients) -> CoreRun:
+    """Start a task-pool run whose servers live in this process and whose clients live where
+    `clients` puts them (computers fed by threads of this process by default); returns at once."""
     def build(cfg: RunConfig, corpus: Corpus, states: Sequence[Mapping[str, Any]], step: int,
               emit: Callable[[events.Event], None], clock: Callable[[], float]) -> TaskPoolCore:
         sampler = WindowSampler(corpus.train, cfg.model.seq_len, cfg.seed)
-        return TaskPoolCore(cfg, sampler, emit, clock, [dict(s) for s in states], step)
+        host = clients(cfg)
+        try:
+            return TaskPoolCore(cfg, sampler, emit, clock, [dict(s) for s in states], host, step)
+        except Exception:
+            host.close()
+            raise
 
     return CoreRun(cfg, build, executor="taskpool", record_cfg=cfg, why_not=WHY_NOT, run_dir=run_dir, resume=resume,
                    trace=trace)

@@ -19,8 +19,9 @@ import torch.nn.functional as F
 from labkit.config import RunConfig
 from labkit.model import Stage
 from labkit.model.assembly import stage_module
+from labkit.model.partition import stage_bounds
 from labkit.runtime.optim import apply_step, make_optimizer
-from labkit.taskpool import StagePool
+from labkit.taskpool import StagePool, Task
 
 
 def _slot(store: dict[int, torch.Tensor], mb: int, samples: int, start: int, part: torch.Tensor) -> None:
@@ -50,11 +51,21 @@ class StageServers:
         self.grad_out: dict[int, torch.Tensor] = {}  # BS: gradients for those outputs
         self.grads = [torch.zeros_like(p) for p in self.master.parameters()]  # the pass's flushed gradient sums
 
-    def put_output(self, mb: int, start: int, part: torch.Tensor) -> None:
-        _slot(self.outputs, mb, self.samples, start, part)
-
-    def put_grad_in(self, mb: int, start: int, part: torch.Tensor) -> None:
-        _slot(self.grad_in, mb, self.samples, start, part)
+    def receive(self, client: str, task: Task, result: Any) -> int:
+        """A credited task's result reached the servers: a forward's output slice (to the BS), or a
+        backward's input-gradient slice (to the FS) and parameter gradients (added to the pass's
+        sums, so that `client` no longer holds any). Returns the bytes of the slice."""
+        if task.kind == "forward":
+            _slot(self.outputs, task.microbatch, self.samples, task.start, result)
+            return result.numel() * result.element_size()
+        grad_in, grads = result
+        for acc, g in zip(self.grads, grads):
+            acc.add_(g)
+        self.pool.flush(client)
+        if grad_in is None:
+            return 0
+        _slot(self.grad_in, task.microbatch, self.samples, task.start, grad_in)
+        return grad_in.numel() * grad_in.element_size()
 
     def loss(self, mb: int, targets: torch.Tensor, scale: float) -> float:
         """The last stage's BS: the loss of `mb`'s output (summed cross-entropy times `scale`) and
@@ -64,11 +75,6 @@ class StageServers:
         loss.backward()
         self.grad_out[mb] = logits.grad
         return float(loss.detach())
-
-    def add_grads(self, grads: list[torch.Tensor]) -> None:
-        """A backward slice's parameter gradients reached the servers."""
-        for acc, g in zip(self.grads, grads):
-            acc.add_(g)
 
     def step(self, step: int) -> None:
         """The pass is done: step the master parameters with the summed gradients. With delayed
@@ -86,6 +92,12 @@ class StageServers:
         for store in (self.inputs, self.grad_in, self.outputs, self.grad_out):
             store.clear()
         self.pool.advance()
+
+    def describe(self, peers: list[dict[str, Any]]) -> dict[str, Any]:
+        """The stage as `state()` shows it: its layers, its live clients, its servers and its pool."""
+        first, count = stage_bounds(self.cfg.layer_split)[self.stage]
+        return {"stage": self.stage, "layers": list(range(first, first + count)), "peers": peers,
+                "servers": list(self.pool.frontal + self.pool.backward), "pool": self.pool.stats()}
 
     def state(self) -> dict[str, Any]:
         """The stage's master parameters and optimizer state (a checkpoint's stage)."""
