@@ -21,7 +21,10 @@ ATOM_BACKENDS = {  # ATOM's replicas (config.executor="atom"): threads here, or 
     "inprocess": "labkit.runtime.atom.run:launch",
     "dask": "labkit.backends.dask.atom_replicas:launch",
 }
-TASKPOOL_BACKENDS = {"inprocess": "labkit.runtime.taskpool.run:launch"}  # seed 002's servers, clients and task pool
+TASKPOOL_BACKENDS = {  # seed 002's servers (here) and clients (threads here, or actors on Dask workers)
+    "inprocess": "labkit.runtime.taskpool.run:launch",
+    "dask": "labkit.backends.dask.taskpool_clients:launch",
+}
 
 
 def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | None = None, host: str = "127.0.0.1",
@@ -53,9 +56,6 @@ def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | No
     if config.executor == "atom" and backend == "dask" and config.atom.device != "cpu":
         raise ValueError(f"atom.device={config.atom.device!r} is not allowed with backend='dask': 'cpu' (on Dask "
                          f"each replica computes on its worker's GPU when the worker has one, as SWARM peers do)")
-    if config.executor == "taskpool" and backend not in TASKPOOL_BACKENDS:
-        raise ValueError(f"backend={backend!r} is not allowed with executor='taskpool': one of "
-                         f"{list(TASKPOOL_BACKENDS)} (its servers and clients run as threads of this process for now)")
     registry = {"atom": ATOM_BACKENDS, "taskpool": TASKPOOL_BACKENDS}.get(config.executor, BACKENDS)
     module, name = registry[backend].split(":")
     return getattr(importlib.import_module(module), name)(config, **options)

@@ -24,11 +24,12 @@ import torch
 from distributed import Client, LocalCluster
 
 import labkit
-from labkit.config import AtomConfig, ModelConfig, RunConfig
+from labkit.config import AtomConfig, ModelConfig, RunConfig, TaskPoolConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.runtime.reference import train_reference
 from tests.cluster.helpers import assert_exact_accounting, local_cluster, wait_for_restart
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 DETECT_SECONDS = 15.0  # a kill to its `killed` event, on a loaded CI machine
@@ -183,4 +184,45 @@ def test_atom_replicas_on_dask_survive_a_sigkill_and_take_a_bit_identical_joiner
     got = checkpoint["stages"][0]["params"]
     assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
     print(f"atom on dask: {len(steps)} steps, kill noticed in {detected:.2f} s")
+    wait_for_restart(cluster)
+
+
+def test_task_pool_clients_on_dask_survive_sigkills_mid_forward_and_mid_backward(cluster, tmp_path: Path) -> None:
+    """The task pool's clients as actors: a client whose worker is SIGKILLed while it holds a
+    forward slice, and another while it holds a backward slice, lose no sample and double none;
+    their slices are finished from the pool, no forward work is repeated beyond what they took
+    with them, and training equals the single-process loop (float64)."""
+    cfg = RunConfig(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=2, global_batch=16,
+                    microbatch=4, steps=500, eval_every=0, threads=1, executor="taskpool",
+                    taskpool=TaskPoolConfig(grace=600.0))  # only the kills take work away
+    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
+    detected = []
+    try:
+        run.wait_for(step=1, timeout=180)
+        for victim, kind in (("s0c1", "forward"), ("s1c1", "backward")):
+            run.set_peer_delay(victim, 30.0)  # it holds each result: the kill lands while it holds one
+
+            def holding(victim: str = victim, kind: str = kind) -> bool:
+                return any(p["peer"] == victim and (p["task"] or "").startswith(kind)
+                           for s in run.state()["stages"] for p in s["peers"])
+            wait_until(holding, timeout=120, what=f"{victim} holding a {kind} slice")
+            detected.append(_kill_peer_worker(cluster, run, victim))
+            run.add_peer(int(victim[1]))
+            run.wait_for(step=run.state()["step"] + 2, timeout=STALL_SECONDS)
+    finally:
+        run.stop()
+    summary = run.wait(120)
+    assert summary["status"] == "stopped", summary
+    killed = [e for e in run.events.history("peer") if e["state"] == "killed"]
+    assert [e["peer"] for e in killed] == ["s0c1", "s1c1"] and all("Dask worker" in e["reason"] for e in killed), killed
+    steps = run.events.history("step")
+    assert all(s["stage_samples"] == [cfg.global_batch] * cfg.stages for s in steps), steps
+    stats = [e["value"] for e in run.events.history("setting") if e["name"] == "taskpool"][-cfg.stages:]
+    assert all(s["repeated_beyond_lost"] == 0 for s in stats) and sum(s["lost_samples"] for s in stats) > 0, stats
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    sampler = WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed)
+    model, _ = train_reference(cfg, sampler, steps=checkpoint["step"])
+    got = assemble([s["params"] for s in checkpoint["stages"]])
+    assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
+    print(f"task pool on dask: {len(steps)} steps, kills noticed in " + ", ".join(f"{d:.2f} s" for d in detected))
     wait_for_restart(cluster)

@@ -122,7 +122,3 @@ def test_verbs_without_meaning_are_refused_with_the_reason(tmp_path: Path) -> No
         run.stop()
     assert run.wait(timeout=60)["status"] == "stopped"
 
-
-def test_the_task_pool_on_dask_is_one_clear_error() -> None:
-    with pytest.raises(ValueError, match="backend='dask' is not allowed with executor='taskpool'"):
-        labkit.launch(CFG, backend="dask")

@@ -85,6 +85,7 @@ class ActorFleet:
         self._placed: dict[str, ActorHandle | None] = {}  # worker address -> its actor (None: starting)
         self._initial = set(cluster_workers(self.client))
         self._closed = threading.Event()
+        self.on_gone: Callable[[ActorHandle, str], None] = lambda handle, reason: None  # told when a worker leaves
         threading.Thread(target=self._watch_workers, name="labkit-actor-workers", daemon=True).start()
 
     def start(self, name: str, cls: type, *args: Any) -> ActorHandle:
@@ -120,6 +121,7 @@ class ActorFleet:
                 if worker not in workers and handle is not None:
                     handle.gone.set()
                     self.free(handle)
+                    self.on_gone(handle, f"{handle.name}: its Dask worker {worker} left the cluster")
 
     def close(self, *first: Callable[[], Any]) -> None:
         """Stop watching, run `first` (the caller's own clean-up), and release the cluster."""

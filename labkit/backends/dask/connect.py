@@ -26,10 +26,10 @@ _HINT = "give the address `dask scheduler` prints, like tcp://10.0.0.5:8786"
 def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> tuple[Client, LocalCluster | None]:
     """A client of the cluster at `scheduler`, or of a new embedded `LocalCluster` of worker
     processes: one per peer and trainer, one for the coordinator and `SPARE_WORKERS` more (with
-    executor='atom': one per replica and `SPARE_WORKERS` more)."""
+    executor='atom': one per replica; 'taskpool': one per client; and `SPARE_WORKERS` more)."""
     if scheduler is None:
-        workers = SPARE_WORKERS + (cfg.atom.replicas if cfg.executor == "atom" else
-                                   sum(cfg.peers_per_stage) + cfg.trainers + 1)
+        workers = SPARE_WORKERS + {"atom": cfg.atom.replicas, "taskpool": sum(cfg.peers_per_stage)}.get(
+            cfg.executor, sum(cfg.peers_per_stage) + cfg.trainers + 1)
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
                                dashboard_address=f"{host}:0")
         return Client(cluster), cluster

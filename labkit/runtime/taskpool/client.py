@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +86,9 @@ class LocalClients:
 
     def spawn(self, name: str, stage: int, params: Mapping[str, torch.Tensor]) -> StageClient:
         return StageClient(self.cfg, name, stage, params)
+
+    def watch(self, lost: Callable[[str, str], None]) -> None:
+        """Nothing to watch: a client here leaves only when it is killed."""
 
     def close(self) -> None:
         """Nothing to release."""

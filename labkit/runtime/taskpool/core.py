@@ -57,6 +57,7 @@ class TaskPoolCore:
         for stage, count in enumerate(cfg.peers_per_stage):
             for _ in range(count):
                 self._join(stage)
+        host.watch(self.lost)
 
     # -- membership ----------------------------------------------------------------------------
     def _join(self, stage: int) -> str:
@@ -70,9 +71,8 @@ class TaskPoolCore:
         return client.name
 
     def _run(self, client: Client) -> None:
-        thread = threading.Thread(target=self._work, args=(client,), name=f"taskpool-{client.name}", daemon=True)
-        self.threads.append(thread)
-        thread.start()
+        self.threads.append(threading.Thread(target=self._work, args=(client,), name=f"taskpool-{client.name}", daemon=True))
+        self.threads[-1].start()
 
     def live(self, stage: int) -> list[str]:
         return [n for n, c in self.clients.items() if c.alive and c.stage == stage]
@@ -102,6 +102,12 @@ class TaskPoolCore:
                                  f"add_peer({client.stage}) another before it leaves")
             self._lose(client, "killed")
 
+    def lost(self, name: str, reason: str) -> None:
+        """Client `name`'s process is gone (`reason`): as a kill, even of a stage's last client."""
+        with self.cond:
+            if self.clients[name].alive:
+                self._lose(self.clients[name], reason)
+
     def _lose(self, client: Client, reason: str) -> None:
         """(lock held) `client` is gone: everything it held or was given goes to the pool."""
         client.gone.set()
@@ -129,9 +135,8 @@ class TaskPoolCore:
             self._begin_pass()
             for client in self.clients.values():
                 self._run(client)
-            monitor = threading.Thread(target=self._monitor, name="taskpool-monitor", daemon=True)
-            self.threads.append(monitor)
-            monitor.start()
+            self.threads.append(threading.Thread(target=self._monitor, name="taskpool-monitor", daemon=True))
+            self.threads[-1].start()
 
     def _begin_pass(self) -> None:
         """Every microbatch of the step enters the first stage's FS."""
@@ -182,9 +187,7 @@ class TaskPoolCore:
                     if client.alive and not self.stopping:
                         self._finish(client, servers, task, result, seconds)
         except ClientLost as exc:
-            with self.cond:
-                if client.alive:
-                    self._lose(client, str(exc))
+            self.lost(client.name, str(exc))
         except Exception as exc:
             self.fail(exc)
         finally:
@@ -283,7 +286,6 @@ class TaskPoolCore:
         """Release where the clients lived (a Dask cluster)."""
         self.host.close()
 
-    # -- what the handle reads -----------------------------------------------------------------
     def stage_states(self) -> list[dict[str, Any]]:
         """Every stage's master parameters and optimizer state."""
         with self.cond:

@@ -3,7 +3,7 @@ that the in-process clients (`StageClient`) and the Dask client actors both fill
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import torch
@@ -32,6 +32,9 @@ class ClientHost(Protocol):
 
     def spawn(self, name: str, stage: int, params: Mapping[str, torch.Tensor]) -> ClientPort:
         """Start client `name` of `stage` computing with `params`."""
+
+    def watch(self, lost: Callable[[str, str], None]) -> None:
+        """Call `lost(client, reason)` when a client's process is seen gone, whatever it is doing."""
 
     def close(self) -> None:
         """Release what the clients used."""
