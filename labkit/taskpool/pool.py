@@ -79,6 +79,13 @@ class StagePool:
             raise ValueError(f"client {client!r} already live or speed {speed} not > 0")
         self._speed[client], self._queue[client] = float(speed), []
 
+    def set_speed(self, client: str, speed: float) -> None:
+        """`client`'s measured forward samples per second: the split of the microbatches entering
+        from now on, and its deadlines, follow it (the servers re-split by compute every pass)."""
+        if client not in self._speed or not speed > 0:
+            raise ValueError(f"client {client!r} not live or speed {speed} not > 0")
+        self._speed[client] = float(speed)
+
     def client_lost(self, client: str, now: float) -> list[Work]:
         """`client` is gone: post everything it held or was given to the pool; returns the posts."""
         if client not in self._speed:

@@ -102,6 +102,22 @@ def test_an_overdue_client_is_replaced_from_the_pool_and_joins_again(tmp_path: P
     assert all(_pool_stats(run, s)["repeated_beyond_lost"] == 0 for s in range(cfg.stages))
 
 
+def test_the_servers_re_split_work_by_the_clients_measured_rates(tmp_path: Path) -> None:
+    cfg = CFG.replace(steps=6, microbatch=8)
+    run = labkit.launch(cfg, run_dir=tmp_path)
+    try:
+        run.wait_for(event={"type": "run", "state": "started"}, timeout=60)
+        run.set_peer_delay("s0c1", 0.1)  # a slow device: every slice takes 0.1 s longer
+        assert run.wait(timeout=120)["status"] == "finished"
+    finally:
+        run.stop()
+    _exact(run, cfg)
+    _assert_equals_reference(tmp_path, cfg)  # whatever the split, the same samples and parameters
+    last = [h for h in run.events.history("hop") if h["stage"] == 0 and h["kind"] == "forward"][-cfg.microbatches_per_step * 2:]
+    done = {c: sum(h["end"] - h["start"] for h in last if h["peer"] == c) for c in ("s0c0", "s0c1")}
+    assert done["s0c1"] < done["s0c0"], done
+
+
 def test_verbs_without_meaning_are_refused_with_the_reason(tmp_path: Path) -> None:
     run = labkit.launch(CFG.replace(steps=500), run_dir=tmp_path)
     try:

@@ -25,6 +25,9 @@ from labkit.runtime.taskpool.ports import ClientPort
 from labkit.taskpool import Task
 
 
+RATE_EMA = 0.5  # weight of a client's past forward rate against its latest slice
+
+
 class StageClient:
     """The computer of client `name` of stage `stage`, starting from `params`."""
 
@@ -104,6 +107,8 @@ class Client:
     port: ClientPort
     version: int
     samples: int = 0
+    delay: float = 0.0  # seconds it holds each result (set_peer_delay: a slow device)
+    rate: float | None = None  # forward samples per second, smoothed over its slices (the servers' split)
     task: Task | None = None
     gone: threading.Event = field(default_factory=threading.Event)
 
@@ -111,9 +116,14 @@ class Client:
     def alive(self) -> bool:
         return not self.gone.is_set()
 
-    def describe(self, delay: float) -> dict[str, Any]:
+    def observe(self, samples: int, seconds: float) -> None:
+        """A forward slice of `samples` took `seconds` from hand-out to result (its delay included)."""
+        rate = samples / max(seconds, 1e-6)
+        self.rate = rate if self.rate is None else RATE_EMA * self.rate + (1 - RATE_EMA) * rate
+
+    def describe(self) -> dict[str, Any]:
         """The client as `state()` shows it; its task in words, like "forward mb 2 [0, 4)"."""
         t = self.task
         doing = None if t is None else f"{t.kind} mb {t.microbatch} [{t.start}, {t.end})"
         return {"peer": self.name, "queue": 0, "samples": self.samples, "worker": getattr(self.port, "worker", None),
-                "delay": delay, "task": doing}
+                "delay": self.delay, "task": doing}

@@ -1,13 +1,11 @@
-"""Seed 002's parameter-server pipeline in this process: servers and clients per stage, one pass
-of the global batch per optimizer step.
+"""Seed 002's parameter-server pipeline: servers per stage in this process, clients here or on Dask.
 
-Each stage has reliable servers (`StageServers`: FS, BS, the master parameters) and unreliable
-clients (`Client`: a computer here or on a Dask worker, fed by a thread of the run). A pass enters every microbatch at the first stage's FS;
-clients take tasks from their stage's `StagePool`; when a microbatch's forward is complete at a
-stage its output becomes the next stage's input, and at the last stage the BS computes the loss
-and the output gradients; backward slices flow back the same way. When every stage is done the
-servers step and the clients load the new parameters. A client that is killed or overdue leaves
-its work to the pool, where idle clients take it: only the lost slices are computed again.
+Each stage has reliable servers (`StageServers`: FS, BS, master parameters) and unreliable clients
+(`Client`: a computer fed by a thread of the run). A pass enters every microbatch at the first FS;
+clients take tasks from their stage's `StagePool`; a microbatch's complete output at a stage is the
+next stage's input, and the last BS computes the loss and output gradients; backward slices flow
+back the same way. Then the servers step and clients load the new parameters. A client killed or
+overdue leaves its work to the pool, where idle clients take it: only lost slices are recomputed.
 """
 
 from __future__ import annotations
@@ -42,7 +40,6 @@ class TaskPoolCore:
         self.cond = threading.Condition()
         self.step = step
         self.clients: dict[str, Client] = {}
-        self.delays: dict[str, float] = {}  # client -> seconds it holds each result (set_peer_delay)
         self.threads: list[threading.Thread] = []
         self.stopping = self.started = False
         self.finished = threading.Event()
@@ -111,7 +108,6 @@ class TaskPoolCore:
     def _lose(self, client: Client, reason: str) -> None:
         """(lock held) `client` is gone: everything it held or was given goes to the pool."""
         client.gone.set()
-        self.delays.pop(client.name, None)
         posted = self.stages[client.stage].pool.client_lost(client.name, self.clock())
         self.emit(events.peer(self.clock(), peer=client.name, stage=client.stage, state="killed", queue=0)
                   | {"reason": reason, "pooled_samples": sum(w.samples for w in posted)})
@@ -120,8 +116,7 @@ class TaskPoolCore:
     def set_delay(self, name: str, seconds: float) -> None:
         """Make client `name` hold every result `seconds` longer (a slow device)."""
         with self.cond:
-            self._client(name)
-            self.delays[name] = float(seconds)
+            self._client(name).delay = float(seconds)
 
     def peer_state(self, name: str) -> dict[str, Any]:
         """The parameters client `name` computes with (clients hold no optimizer state)."""
@@ -139,7 +134,10 @@ class TaskPoolCore:
             self.threads[-1].start()
 
     def _begin_pass(self) -> None:
-        """Every microbatch of the step enters the first stage's FS."""
+        """Every microbatch of the step enters the first stage's FS, split by the clients' rates."""
+        for client in self.clients.values():
+            if client.alive and client.rate and client.name in self.stages[client.stage].pool.clients():
+                self.stages[client.stage].pool.set_speed(client.name, client.rate)
         first = self.stages[0]
         for mb in range(self.cfg.microbatches_per_step):
             first.inputs[mb], self._targets[mb] = self.sampler.batch(self.step, mb, self.cfg.microbatch)
@@ -180,8 +178,8 @@ class TaskPoolCore:
                     result: Any = client.port.forward(task, sent["inputs"])
                 else:
                     result = client.port.backward(task, sent["inputs"], sent["grad_out"])
+                client.gone.wait(client.delay)  # a slow device; a kill ends the wait
                 seconds = time.perf_counter() - start
-                client.gone.wait(self.delays.get(client.name, 0.0))  # a slow device; a kill ends the wait
                 with self.cond:
                     client.task = None
                     if client.alive and not self.stopping:
@@ -199,6 +197,8 @@ class TaskPoolCore:
         if not done.credited:  # the servers gave up on it: the pool's copy counts instead
             return
         client.samples += task.end - task.start
+        if task.kind == "forward":  # its forward rate, which the next pass's split follows
+            client.observe(task.end - task.start, seconds)
         mb, stage = task.microbatch, servers.stage
         nbytes = servers.receive(client.name, task, result)
         self.emit(events.hop(self.clock(), trainer="servers", stage=stage, peer=client.name, nbytes=nbytes,
@@ -293,7 +293,7 @@ class TaskPoolCore:
 
     def state(self) -> dict[str, Any]:
         with self.cond:
-            stages = [s.describe([self.clients[n].describe(self.delays.get(n, 0.0)) for n in self.live(s.stage)])
+            stages = [s.describe([self.clients[n].describe() for n in self.live(s.stage)])
                       for s in self.stages]
             return {"step": self.step, "loss": self.last_loss, "stages": stages,
                     "paused_stages": [s["stage"] for s in stages if not s["peers"]]}

@@ -35,6 +35,19 @@ def test_forward_split_by_compute_and_gradients_routed_by_the_list() -> None:
     assert pool.ready() and pool.stats()["repeated_beyond_lost"] == 0 and pool.stats()["lost_samples"] == 0
 
 
+def test_a_new_speed_re_splits_the_next_microbatch_and_moves_the_deadlines() -> None:
+    pool = _stage()
+    pool.set_speed("slow", 6.0)  # measured: "slow" is now three times as fast as "fast"
+    pool.forward_ready(0, 0.0)
+    a, b = pool.next_task("fast", 0.0), pool.next_task("slow", 0.0)
+    assert (a.start, a.end, b.start, b.end) == (0, 3, 3, 12)
+    assert b.deadline == pytest.approx(1.0 + 2.0 * 9 / 6.0)
+    with pytest.raises(ValueError, match="not live or speed 0"):
+        pool.set_speed("slow", 0)
+    with pytest.raises(ValueError, match="'gone' not live"):
+        pool.set_speed("gone", 1.0)
+
+
 def test_a_timed_out_forward_goes_to_the_pool_and_a_late_result_is_dropped() -> None:
     pool = _stage()
     pool.forward_ready(0, 0.0)
