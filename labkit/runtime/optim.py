@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 
@@ -37,3 +38,17 @@ def apply_step(optimizer: torch.optim.Optimizer, step: int, cfg: RunConfig) -> N
     for group in optimizer.param_groups:
         group["lr"] = lr_at(step, cfg)
     optimizer.step()
+
+
+def split_state(state: dict[str, Any], bounds: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
+    """One optimizer's state dict (one parameter group) as the state dicts of optimizers over the
+    parameter ranges `bounds` [lo, hi): how servers that shard a stage's parameters resume."""
+    group = state["param_groups"][0]
+    return [{"state": {i - lo: v for i, v in state["state"].items() if lo <= i < hi},
+             "param_groups": [dict(group, params=list(range(hi - lo)))]} for lo, hi in bounds]
+
+
+def merge_states(states: Sequence[dict[str, Any]], bounds: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    """The inverse of `split_state`: the state dict one optimizer over all the ranges would have."""
+    merged = {lo + i: v for s, (lo, _) in zip(states, bounds) for i, v in s["state"].items()}
+    return {"state": merged, "param_groups": [dict(states[0]["param_groups"][0], params=list(range(bounds[-1][1])))]}

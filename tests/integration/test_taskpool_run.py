@@ -118,6 +118,19 @@ def test_the_servers_re_split_work_by_the_clients_measured_rates(tmp_path: Path)
     assert done["s0c1"] < done["s0c0"], done
 
 
+def test_a_sharded_checkpoint_resumes_as_swarm_and_with_other_servers(tmp_path: Path) -> None:
+    """Two BS shard each stage's parameters (an optimizer each); the checkpoint holds one merged
+    optimizer state per stage, which SWARM and a task pool with three BS resume exactly."""
+    first = labkit.launch(CFG.replace(steps=2, taskpool=TaskPoolConfig(backward=2)), run_dir=tmp_path / "pool")
+    assert first.wait(timeout=120)["status"] == "finished"
+    for name, cfg in [("swarm", CFG.replace(executor="swarm", trainers=2, steps=3)),
+                      ("pool-again", CFG.replace(steps=3, taskpool=TaskPoolConfig(backward=3)))]:
+        run = labkit.launch(cfg, run_dir=tmp_path / name, resume=tmp_path / "pool" / "checkpoint.pt")
+        summary = run.wait(timeout=120)
+        assert summary["status"] == "finished" and [e["step"] for e in run.events.history("step")] == [3], (name, summary)
+        _assert_equals_reference(tmp_path / name, CFG.replace(steps=3))  # as if the run had never stopped
+
+
 def test_verbs_without_meaning_are_refused_with_the_reason(tmp_path: Path) -> None:
     run = labkit.launch(CFG.replace(steps=500), run_dir=tmp_path)
     try:

@@ -2,7 +2,8 @@
 
 The frontal servers (FS) hold each microbatch's stage inputs and the gradients coming back for
 them; the backward servers (BS) assemble the outputs from the clients' slices and hold the
-gradients for those outputs. The stage's master parameters and optimizer live with the servers:
+gradients for those outputs. The stage's master parameters live with the servers, sharded over the
+BS (each steps its shard with an optimizer of its own; a checkpoint merges them into one state):
 clients send each backward slice's parameter gradients at once (so a client that vanishes takes
 no finished gradient with it), and at the end of a pass the servers take the optimizer step and
 the clients load the new parameters. `labkit.taskpool.StagePool` decides who computes what.
@@ -20,8 +21,8 @@ from labkit.config import RunConfig
 from labkit.model import Stage
 from labkit.model.assembly import stage_module
 from labkit.model.partition import stage_bounds
-from labkit.runtime.optim import apply_step, make_optimizer
-from labkit.taskpool import StagePool, Task
+from labkit.runtime.optim import apply_step, make_optimizer, merge_states, split_state
+from labkit.taskpool import StagePool, Task, cuts
 
 
 def _slot(store: dict[int, torch.Tensor], mb: int, samples: int, start: int, part: torch.Tensor) -> None:
@@ -40,9 +41,13 @@ class StageServers:
         self.pool = StagePool(cfg.microbatch, [f"s{stage}fs{i}" for i in range(tp.frontal)],
                               [f"s{stage}bs{i}" for i in range(tp.backward)], slack=tp.slack, grace=tp.grace)
         self.master: Stage = stage_module(cfg, stage, state["params"])
-        self.optimizer = make_optimizer(self.master.parameters(), cfg)
+        params = list(self.master.parameters())
+        c = cuts(len(params), tp.backward)  # the BS shard the parameters: one optimizer each
+        self.shards = [(lo, hi) for lo, hi in zip(c, c[1:]) if hi > lo]
+        self.optimizers = [make_optimizer(params[lo:hi], cfg) for lo, hi in self.shards]
         if state.get("optimizer") is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
+            for optimizer, part in zip(self.optimizers, split_state(state["optimizer"], self.shards)):
+                optimizer.load_state_dict(part)
         self.serving = {k: v.detach().clone() for k, v in self.master.state_dict().items()}  # what clients compute with
         self.version = 0  # bumped when `serving` changes: clients reload
         self.inputs: dict[int, torch.Tensor] = {}  # FS: the stage's input per microbatch
@@ -83,8 +88,9 @@ class StageServers:
         before = {k: v.detach().clone() for k, v in self.master.state_dict().items()}
         for p, g in zip(self.master.parameters(), self.grads):
             p.grad = g
-        apply_step(self.optimizer, step, self.cfg)
-        self.optimizer.zero_grad(set_to_none=True)
+        for optimizer in self.optimizers:  # each BS steps its shard
+            apply_step(optimizer, step, self.cfg)
+            optimizer.zero_grad(set_to_none=True)
         self.grads = [torch.zeros_like(p) for p in self.master.parameters()]
         self.serving = before if self.cfg.delayed_updates else {k: v.detach().clone()
                                                                  for k, v in self.master.state_dict().items()}
@@ -102,4 +108,4 @@ class StageServers:
     def state(self) -> dict[str, Any]:
         """The stage's master parameters and optimizer state (a checkpoint's stage)."""
         return {"params": {k: v.detach().clone() for k, v in self.master.state_dict().items()},
-                "optimizer": copy.deepcopy(self.optimizer.state_dict())}
+                "optimizer": copy.deepcopy(merge_states([o.state_dict() for o in self.optimizers], self.shards))}
