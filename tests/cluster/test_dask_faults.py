@@ -200,6 +200,10 @@ def test_task_pool_clients_on_dask_survive_sigkills_mid_forward_and_mid_backward
     try:
         run.wait_for(step=1, timeout=180)
         for victim, kind in (("s0c1", "forward"), ("s1c1", "backward")):
+            if kind == "backward":  # after its last forward slice of a pass, its work is backward
+                after, last = run.events.latest("hop")["t"], cfg.microbatches_per_step - 1
+                run.wait_for(event=lambda e: e["type"] == "hop" and e["peer"] == victim and e["kind"] == "forward"
+                             and e["microbatch"] == last and e["t"] > after, timeout=60)
             run.set_peer_delay(victim, 30.0)  # it holds each result: the kill lands while it holds one
 
             def holding(victim: str = victim, kind: str = kind) -> bool:
