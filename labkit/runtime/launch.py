@@ -24,6 +24,15 @@ ATOM_BACKENDS = {  # ATOM's replicas (config.executor="atom"): threads here, or 
 TASKPOOL_BACKENDS = {"inprocess": "labkit.runtime.taskpool.run:launch"}  # seed 002's servers, clients and task pool
 
 
+def backend_refusal(config: RunConfig, backend: str) -> str | None:
+    """Why `backend` cannot run `config`'s executor, or None: launch's check, which the lab's form
+    also shows beside its backend before anything is launched."""
+    if config.executor == "taskpool" and backend not in TASKPOOL_BACKENDS:
+        return (f"backend={backend!r} is not allowed with executor='taskpool': one of {list(TASKPOOL_BACKENDS)} "
+                f"(its servers and clients run as threads of this process for now)")
+    return None
+
+
 def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | None = None, host: str = "127.0.0.1",
            run_dir: str | Path | None = None, resume: str | Path | None = None, trace: bool = False) -> RunHandle:
     """Start a run in the background and return its handle at once.
@@ -53,9 +62,8 @@ def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | No
     if config.executor == "atom" and backend == "dask" and config.atom.device != "cpu":
         raise ValueError(f"atom.device={config.atom.device!r} is not allowed with backend='dask': 'cpu' (on Dask "
                          f"each replica computes on its worker's GPU when the worker has one, as SWARM peers do)")
-    if config.executor == "taskpool" and backend not in TASKPOOL_BACKENDS:
-        raise ValueError(f"backend={backend!r} is not allowed with executor='taskpool': one of "
-                         f"{list(TASKPOOL_BACKENDS)} (its servers and clients run as threads of this process for now)")
+    if refusal := backend_refusal(config, backend):
+        raise ValueError(refusal)
     registry = {"atom": ATOM_BACKENDS, "taskpool": TASKPOOL_BACKENDS}.get(config.executor, BACKENDS)
     module, name = registry[backend].split(":")
     return getattr(importlib.import_module(module), name)(config, **options)
