@@ -145,13 +145,13 @@ def taskpool_chart() -> alt.FacetChart:
     tooltip = ["stage:N", "series:N", "value:Q", "what:N", "t:Q", "lost_samples:Q", "repeated_beyond_lost:Q"]
     base = alt.Chart().encode(
         x=alt.X("t:Q", title="seconds", scale=alt.Scale(zero=False)), y=alt.Y("value:Q", title=None), tooltip=tooltip,
-        color=alt.Color("series:N", title=None, scale=alt.Scale(domain=["servers", "clients", "pool"],
-                                                                range=["#4c78a8", "#54a24b", "#f58518"])))
-    pool = base.transform_filter("datum.series == 'pool'")
-    members = base.transform_filter("datum.series != 'pool'").mark_line(interpolate="step-after").encode(
-        strokeDash=alt.condition("datum.series == 'servers'", alt.value([5, 3]), alt.value([1, 0])))
+        color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom"), scale=alt.Scale(
+            domain=["servers", "clients", "pool"], range=["#4c78a8", "#54a24b", "#f58518"])))
+    pool, clients, servers = (base.transform_filter(f"datum.series == '{name}'") for name in ("pool", "clients", "servers"))
     return alt.layer(pool.mark_area(interpolate="step-after", opacity=0.5),
-                     pool.transform_filter("datum.value > 0").mark_circle(size=30), members).properties(
+                     pool.transform_filter("datum.value > 0").mark_circle(size=30),
+                     clients.mark_line(interpolate="step-after", strokeWidth=3),
+                     servers.mark_line(interpolate="step-after", strokeDash=[5, 3])).properties(
         width=WIDTH // 2, height=90).facet(
         data=alt.Data(name="taskpool"), row=alt.Row("stage:N", title="stage"),
         column=alt.Column("panel:N", title=None, sort="descending"),
