@@ -2,8 +2,9 @@
 
 Both train the same 2-stage model with 2 unreliable peers per stage (SWARM's stage peers, the
 task pool's clients), in-process, on the same samples. With churn, every `--every` steps, at the step's
-first backward hop, a peer of one stage (alternating) is killed and a new one added to that stage: SWARM recomputes the
-microbatches whose gradients the dead peer had accumulated, the task pool only the slices it held.
+first backward hop, a peer of one stage (alternating) is killed and a new one added to that stage
+(`labkit.lab.churn.kill_every`): SWARM recomputes the microbatches whose gradients the dead peer had
+accumulated, the task pool only the slices it held.
 A measurement is tokens per second from the first step after `--warmup` to the last step; repeats
 alternate the order of the executors (AB, BA, ...) to cancel drift on a shared machine; medians.
 
@@ -19,6 +20,7 @@ import statistics
 
 import labkit
 from labkit.config import ModelConfig, RunConfig
+from labkit.lab.churn import extra_forward, kill_every, tokens_per_s
 
 WARMUP = 3  # steps left out of the speed measurement
 
@@ -27,38 +29,12 @@ def measure(cfg: RunConfig, every: int) -> tuple[float, int]:
     """(tokens per second after the warm-up, forward samples computed beyond the minimum)."""
     run = labkit.launch(cfg)
     try:
-        for step in range(every, cfg.steps, every) if every else ():
-            done = run.wait_for(step=step, timeout=300)
-            run.wait_for(event=lambda e: e["type"] == "hop" and e["direction"] == "backward" and e["t"] > done["t"],
-                         timeout=300)  # mid-step: the victim holds work (SWARM: accumulated gradients)
-            stage = (step // every) % cfg.stages
-            victim = run.state()["stages"][stage]["peers"][-1]["peer"]
-            run.kill_peer(victim)
-            run.add_peer(stage)
+        kill_every(run, every)
         summary = run.wait(timeout=600)
     finally:
         run.stop()
     assert summary["status"] == "finished", summary
-    return _speed(run), extra_forward(run, cfg)
-
-
-def extra_forward(run: labkit.RunHandle, cfg: RunConfig) -> int:
-    """Forward samples computed beyond one per sample per stage per step, from the hop events (a
-    task-pool hop carries its slice; a recompute task runs the forward again; a SWARM hop is a
-    whole microbatch)."""
-    done = 0
-    for hop in run.events.history("hop"):
-        if "kind" in hop:
-            done += (hop["end"] - hop["start"]) if hop["kind"] in ("forward", "recompute") else 0
-        elif hop["direction"] == "forward":
-            done += cfg.microbatch
-    return done - cfg.steps * cfg.global_batch * cfg.stages
-
-
-def _speed(run: labkit.RunHandle) -> float:
-    steps = [e for e in run.events.history("step") if e["step"] > WARMUP]
-    tokens = sum(e["tokens"] for e in steps[1:])
-    return tokens / (steps[-1]["t"] - steps[0]["t"])
+    return tokens_per_s(run, WARMUP), extra_forward(run, cfg)
 
 
 def main() -> None:

@@ -136,19 +136,46 @@ def swaps_chart() -> alt.FacetChart:
                                           ).properties(title="ATOM swap timeline (Figure 12)")
 
 
+def taskpool_chart() -> alt.FacetChart:
+    """Seed 002's pipeline, a row of panels per stage: on the left its reliable servers (frontal +
+    backward, dashed) and its live clients over time (a kill or an overdue client drops the line,
+    a join raises it); on the right the samples the pass's lost clients handed to the task pool
+    (dots where it held any: the servers' own count at the pass's end, then the next pass starts
+    with an empty pool, so at a lab model's speed the pool drains within milliseconds)."""
+    tooltip = ["stage:N", "series:N", "value:Q", "what:N", "t:Q", "lost_samples:Q", "repeated_beyond_lost:Q"]
+    base = alt.Chart().encode(
+        x=alt.X("t:Q", title="seconds", scale=alt.Scale(zero=False)), y=alt.Y("value:Q", title=None), tooltip=tooltip,
+        color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom"), scale=alt.Scale(
+            domain=["servers", "clients", "pool"], range=["#4c78a8", "#54a24b", "#f58518"])))
+    pool, clients, servers = (base.transform_filter(f"datum.series == '{name}'") for name in ("pool", "clients", "servers"))
+    return alt.layer(pool.mark_area(interpolate="step-after", opacity=0.5),
+                     pool.transform_filter("datum.value > 0").mark_circle(size=30),
+                     clients.mark_line(interpolate="step-after", strokeWidth=3),
+                     servers.mark_line(interpolate="step-after", strokeDash=[5, 3])).properties(
+        width=WIDTH // 2, height=90).facet(
+        data=alt.Data(name="taskpool"), row=alt.Row("stage:N", title="stage"),
+        column=alt.Column("panel:N", title=None, sort="descending"),
+    ).transform_calculate(panel="datum.series == 'pool' ? 'samples in the pool' : 'servers and clients'").resolve_scale(
+        y="independent").properties(title="Task pool: servers, clients and pooled work")
+
+
 CHARTS: dict[str, Callable[[], alt.TopLevelMixin]] = {
     "routing": routing_chart, "loads": loads_chart, "timeline": timeline_chart,
     "throughput": throughput_chart, "loss": loss_chart, "traffic": traffic_chart, "swaps": swaps_chart,
+    "taskpool": taskpool_chart,
 }
 WIDE = ("swaps",)  # charts drawn alone on their row of the live view
-ATOM_ONLY = ("swaps",)
-ATOM_CHARTS = (*ATOM_ONLY, "throughput", "loss")  # replicas route no hops, queue nothing and send nothing on a wire
+# the charts of each executor (a SWARM run's and a simulation's: every chart no other executor owns)
+EXECUTOR_CHARTS = {"atom": ("swaps", "throughput", "loss"),  # replicas route no hops, queue nothing, send nothing
+                   "taskpool": ("taskpool", "routing", "timeline", "throughput", "loss")}  # clients queue nothing
+OWNED = ("swaps", "taskpool")  # charts only another executor draws
 
 
 def chart_names(executor: str) -> tuple[str, ...]:
     """The charts a run of `executor` draws: an ATOM run's swap timeline, throughput and loss; a
-    SWARM run's (or a simulation's) every other chart."""
-    return ATOM_CHARTS if executor == "atom" else tuple(name for name in CHARTS if name not in ATOM_ONLY)
+    task-pool run's servers, clients and pool, its clients' share of the slices (routing), their
+    timeline, throughput and loss; a SWARM run's (or a simulation's) every other chart."""
+    return EXECUTOR_CHARTS.get(executor, tuple(name for name in CHARTS if name not in OWNED))
 
 
 def with_data(skeleton: Spec, datasets: dict[str, list[dict[str, Any]]]) -> Spec:

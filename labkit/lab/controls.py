@@ -4,7 +4,8 @@ Verbs run in order on one worker thread per panel, so a click never blocks the n
 verb is a round trip to the cluster); each answers in one status line, its first error line or a
 short success line, never a traceback. The peer table is redrawn only when the run's membership
 changes; otherwise `refresh` (the Lab's refresher, a few times a second) only updates labels.
-An ATOM run's stage verbs are greyed out (`refused`); Kill, Add peer, Stop and Checkpoint work.
+The verbs an executor refuses are greyed out (`refused`): an ATOM run's stage verbs, a task-pool
+run's all but Kill, slow and Add peer; Stop and Checkpoint work for every run.
 """
 
 from __future__ import annotations
@@ -19,73 +20,20 @@ from typing import Any
 import ipywidgets
 
 from labkit.config import SYNC_MODES, WIRE_CODECS, SyncConfig
-from labkit.runtime.atom.run import WHY_NOT
+from labkit.lab.peertable import CELL, COLUMNS, HEADERS, PeerRow, button, refused, stage_options
 from labkit.runtime.handle import RunHandle
 
-COLUMNS = ("peer", "stage", "state", "queue", "tokens/s", "microbatches", "bytes")
-HEADERS = {"microbatches": "served"}  # short headers where the column's name is wider than its cell
-CELL = {"width": "5.6em", "flex": "0 0 auto"}  # fixed: a squeezed row would cut its buttons short
 ERROR_COLOR, OK_COLOR = "#b00020", "#1b5e20"
+# what the status line says first about a run whose executor refuses some verbs
+REFUSING = {"atom": "ATOM run of whole-model replicas: the stage verbs are greyed out (their tooltips say why)",
+            "taskpool": "task-pool run: each stage's clients behind its servers; Kill, slow and Add peer work on "
+                        "clients, the other verbs are greyed out (their tooltips say why)"}
 
 
 def first_line(exc: BaseException) -> str:
     """An exception's message in one line (a KeyError's without the quotes str() adds)."""
     text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
     return (str(text) or type(exc).__name__).splitlines()[0]
-
-
-def human_bytes(n: float) -> str:
-    """12_300 -> "12.3 KB"."""
-    for unit in ("B", "KB", "MB"):
-        if n < 1000:
-            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"
-
-
-def _stages(count: int) -> list[tuple[str, int]]:
-    return [(f"stage {s}", s) for s in range(count)]
-
-
-def _button(description: str, style: str = "") -> ipywidgets.Button:
-    return ipywidgets.Button(description=description, button_style=style, layout={"width": "auto", "flex": "0 0 auto"})
-
-
-def refused(**widgets: list[ipywidgets.Widget]) -> None:
-    """Grey out the widgets of verbs an ATOM run refuses (by verb), their tooltip the handle's reason."""
-    for verb, group in widgets.items():
-        for widget in group:
-            widget.disabled, widget.tooltip = True, f"not with executor='atom': {WHY_NOT[verb]}"
-
-
-class PeerRow:
-    """One live peer: its labels (`labels` by column) and its Kill, slow (`delay` + `slow`) and
-    Move (`target` + `move`) controls."""
-
-    def __init__(self, name: str, stage: int, stages: int, delay: float) -> None:
-        self.name = name
-        self.labels = {column: ipywidgets.Label(layout=CELL) for column in COLUMNS}
-        self.labels["peer"].value, self.labels["stage"].value = name, str(stage)
-        self.kill = _button("Kill", "danger")
-        self.delay = ipywidgets.FloatText(value=delay, step=0.05, layout={"width": "5em"},
-                                          tooltip="seconds added to every request this peer serves, in [0, 60)")
-        self.slow = _button("slow")
-        self.target = ipywidgets.Dropdown(options=_stages(stages), value=(stage + 1) % stages, layout={"width": "7em"})
-        self.move = _button("Move")
-        self.widget = ipywidgets.HBox([*self.labels.values(), self.kill, self.delay, self.slow, self.target, self.move])
-
-    def update(self, state: str, peer: dict[str, Any], totals: dict[str, float]) -> None:
-        """Set the labels (a label set to its own value sends nothing to the browser)."""
-        values = {"state": state, "queue": str(peer.get("queue", 0)),
-                  "tokens/s": f"{totals['tokens_per_s']:,.0f}" if "tokens_per_s" in totals else "–",
-                  "microbatches": f"{totals.get('microbatches', 0):,.0f}", "bytes": human_bytes(totals.get("bytes", 0))}
-        for column, value in values.items():
-            self.labels[column].value = value
-
-    def close(self) -> None:
-        """Close the row's widgets (the peer left the run)."""
-        for widget in (*self.labels.values(), self.kill, self.delay, self.slow, self.target, self.move, self.widget):
-            widget.close()
 
 
 class RunControls:
@@ -106,19 +54,19 @@ class RunControls:
         self._header = ipywidgets.HBox([ipywidgets.HTML(f"<b>{HEADERS.get(c, c)}</b>", layout=CELL) for c in COLUMNS])
         self.table = ipywidgets.VBox([self._header])
 
-        self.stop_button = _button("Stop", "warning")
+        self.stop_button = button("Stop", "warning")
         self.stop_button.on_click(lambda _: self._submit("stop", run.stop, lambda _: "stop asked: the run ends "
                                                          "after the microbatches in flight"))
-        self.rebalance_button = _button("Rebalance now")
+        self.rebalance_button = button("Rebalance now")
         self.rebalance_button.on_click(lambda _: self._submit("rebalance", run.rebalance, lambda new: (
             f"rebalanced: a peer moved, now {new}" if new else "rebalanced: no move needed")))
-        self.add_stage = ipywidgets.Dropdown(options=_stages(cfg.stages), layout={"width": "7em"})
-        self.add_button = _button("Add peer")
+        self.add_stage = ipywidgets.Dropdown(options=stage_options(cfg.stages), layout={"width": "7em"})
+        self.add_button = button("Add peer")
         self.add_button.on_click(lambda _: self._add(self.add_stage.value))
 
         self.split = [ipywidgets.IntText(value=n, layout={"width": "4em"}) for n in cfg.layer_split]
         self._split_seen = tuple(cfg.layer_split)
-        self.split_button = _button("Apply split")
+        self.split_button = button("Apply split")
         self.split_button.on_click(lambda _: self._set_split([w.value for w in self.split]))
 
         self.codec = ipywidgets.Dropdown(options=WIRE_CODECS, value=cfg.compression.codec, layout={"width": "7em"})
@@ -133,12 +81,12 @@ class RunControls:
         self.outer_lr = ipywidgets.FloatText(value=cfg.sync.outer_lr, description="outer lr", layout={"width": "12em"})
         self.outer_momentum = ipywidgets.FloatText(value=cfg.sync.outer_momentum, description="momentum",
                                                    layout={"width": "12em"})
-        self.sync_button = _button("Apply sync")
+        self.sync_button = button("Apply sync")
         self.sync_button.on_click(lambda _: self._set_sync())
 
         default_path = run.run_dir / "lab-checkpoint.pt" if run.run_dir else "lab-checkpoint.pt"
         self.checkpoint_path = ipywidgets.Text(value=str(default_path), layout={"width": "24em"})
-        self.checkpoint_button = _button("Checkpoint")
+        self.checkpoint_button = button("Checkpoint")
         self.checkpoint_button.on_click(lambda _: self._checkpoint(self.checkpoint_path.value.strip()))
 
         line = ipywidgets.HBox
@@ -152,11 +100,11 @@ class RunControls:
             line([self.checkpoint_path, self.checkpoint_button, self.dashboard]),
             self.status,
         ])
-        if self.atom:
-            refused(rebalance=[self.rebalance_button], set_layer_split=[*self.split, self.split_button],
-                    set_compression=[self.codec], set_sync=[self.sync_mode, self.inner_steps, self.outer_lr,
-                                                            self.outer_momentum, self.sync_button])
-            self._say("ATOM run of whole-model replicas: the stage verbs are greyed out (their tooltips say why)")
+        refused(cfg.executor, rebalance=[self.rebalance_button], set_layer_split=[*self.split, self.split_button],
+                set_compression=[self.codec], set_sync=[self.sync_mode, self.inner_steps, self.outer_lr,
+                                                        self.outer_momentum, self.sync_button])
+        if cfg.executor in REFUSING:
+            self._say(REFUSING[cfg.executor])
         threading.Thread(target=self._find_dashboard, name="labkit-dashboard-link", daemon=True).start()
 
     # -- carrying out verbs ---------------------------------------------------------------------
@@ -289,8 +237,7 @@ class RunControls:
         row.kill.on_click(lambda _: self._kill(name))
         row.slow.on_click(lambda _: self._slow(name, row.delay.value))
         row.move.on_click(lambda _: self._move(name, row.target.value))
-        if self.atom:
-            refused(set_peer_delay=[row.delay, row.slow], move_peer=[row.target, row.move])
+        refused(self.run.config.executor, set_peer_delay=[row.delay, row.slow], move_peer=[row.target, row.move])
         return row
 
     def close(self) -> None:

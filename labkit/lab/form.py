@@ -4,7 +4,7 @@ Values are typed into text widgets and parsed here, so nothing is clamped or coe
 value the configs refuse shows the config's own one-line error (`ConfigError`) beside its field, a
 value that does not parse shows one of the same style, and Launch stays disabled until none shows.
 Labels' tooltips are the `# ...` comments after each field in labkit/config.py. The executor
-choice greys out the fields the other executor reads (they are still checked: the config holds them).
+choice greys out the fields only other executors read (they are still checked: the config holds them).
 """
 
 from __future__ import annotations
@@ -23,18 +23,21 @@ import ipywidgets
 
 from labkit import config as config_module
 from labkit.config import (ATOM_DEVICES, BOUNDARIES, EXECUTORS, MODEL_SIZES, SYNC_MODES, WIRE_CODECS, AtomConfig,
-                           CompressionConfig, ConfigError, ModelConfig, RunConfig, SyncConfig, even_split)
+                           CompressionConfig, ConfigError, ModelConfig, RunConfig, SyncConfig, TaskPoolConfig,
+                           even_split)
+from labkit.runtime.launch import backend_refusal
 
 BACKENDS = (("in-process", "inprocess"), ("embedded Dask cluster", "dask"), ("scheduler address", "scheduler"))
 SECTIONS = {"model": ModelConfig, "compression": CompressionConfig, "sync": SyncConfig,
-            "atom": AtomConfig}  # nested configs by path
+            "atom": AtomConfig, "taskpool": TaskPoolConfig}  # nested configs by path
 # how each typed field parses: name -> (parser, what is allowed when it does not parse)
 INT = (int, "an integer")
 FLOAT = (float, "a number")
 KINDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "stages": INT, "trainers": INT, "global_batch": INT, "microbatch": INT, "steps": INT, "lr": FLOAT,
     "compression.factor": INT, "sync.inner_steps": INT, "sync.outer_lr": FLOAT, "sync.outer_momentum": FLOAT,
-    "rebalance_period": FLOAT, "atom.replicas": INT, "atom.accumulation": INT,
+    "rebalance_period": FLOAT, "atom.replicas": INT, "atom.accumulation": INT, "taskpool.frontal": INT,
+    "taskpool.backward": INT, "taskpool.slack": FLOAT, "taskpool.grace": FLOAT,
     "atom.budget_mb": (lambda s: float(s) if s else None, "blank (the least budget that fits) or a number of MB"),
     "peers": (lambda s: int(s) if "," not in s else tuple(int(p) for p in s.split(",")),
               "an integer, or a comma list of integers (one per stage)"),
@@ -47,12 +50,14 @@ CHOICES = {"executor": EXECUTORS, "model.size": tuple(MODEL_SIZES), "compression
 ORDER = ("executor", "model.size", "stages", "peers", "layer_split", "trainers", "global_batch", "microbatch", "steps",
          "lr", "compression.codec", "compression.boundary", "compression.factor", "sync.mode", "sync.inner_steps",
          "sync.outer_lr", "sync.outer_momentum", "rebalance_period", "atom.replicas", "atom.budget_mb",
-         "atom.accumulation", "atom.device", "atom.prefetch")  # the config fields, as the form lists them
-# the fields only one executor reads: the form greys them out while the other is chosen
-ONLY = {"swarm": ("stages", "peers", "layer_split", "trainers", "compression.codec", "compression.boundary",
-                  "compression.factor", "sync.mode", "sync.inner_steps", "sync.outer_lr", "sync.outer_momentum",
-                  "rebalance_period"),
-        "atom": tuple(key for key in ORDER if key.startswith("atom."))}
+         "atom.accumulation", "atom.device", "atom.prefetch", "taskpool.frontal", "taskpool.backward", "taskpool.slack",
+         "taskpool.grace")  # the config fields, as the form lists them
+# the fields only some executors read (by those executors): the form greys them out while another is chosen
+ONLY = {("swarm", "taskpool"): ("stages", "peers", "layer_split"),
+        ("swarm",): ("trainers", "compression.codec", "compression.boundary", "compression.factor", "sync.mode",
+                     "sync.inner_steps", "sync.outer_lr", "sync.outer_momentum", "rebalance_period"),
+        ("atom",): tuple(key for key in ORDER if key.startswith("atom.")),
+        ("taskpool",): tuple(key for key in ORDER if key.startswith("taskpool."))}
 # errors a config reports on a field the form does not show: the field they belong beside
 ALIASES = {"compression": "compression.factor", "delayed_updates": "sync.mode"}
 
@@ -152,10 +157,10 @@ class LaunchForm:
         label = ipywidgets.Label(key, tooltip=self.fields[key].tooltip, layout={"width": "11em"})
         return ipywidgets.HBox([label, self.fields[key], self.errors[key]])
 
-    def _build(self) -> tuple[RunConfig | None, dict[str, ConfigError]]:
+    def _build(self) -> tuple[RunConfig | None, dict[str, ValueError]]:
         """The config the form describes, or the errors found (by field; "" for unshown ones)."""
         values: dict[str, Any] = {key: self.fields[key].value for key in CHOICES}
-        errors: dict[str, ConfigError] = {}
+        errors: dict[str, ValueError] = {}
         for key, (parse, allowed) in KINDS.items():
             text = self.fields[key].value.strip()
             try:
@@ -164,10 +169,6 @@ class LaunchForm:
                 errors[key] = ConfigError(_owner(key), key.split(".")[-1], text, allowed)
         if self.fields["backend"].value == "scheduler" and not self.fields["scheduler"].value.strip():
             errors["scheduler"] = ConfigError("launch", "scheduler", "", "a Dask scheduler address, e.g. tcp://host:8786")
-        backend = self.fields["backend"].value
-        if values["executor"] == "atom" and backend != "inprocess" and values["atom.device"] != "cpu":
-            errors["atom.device"] = ConfigError("AtomConfig", "device", values["atom.device"], "'cpu' with a Dask "
-                                                "backend (each replica computes on its worker's GPU when it has one)")
         if errors:
             return None, errors
         changes: dict[str, Any] = {key: value for key, value in values.items() if "." not in key}
@@ -180,16 +181,18 @@ class LaunchForm:
         if errors:
             return None, errors
         try:
-            return self._defaults.replace(**changes), {}
+            cfg = self._defaults.replace(**changes)
         except ConfigError as exc:
             return None, {_error_key(exc): exc}
+        refusal = backend_refusal(cfg, self.launch_options()["backend"])  # launch's own words, before launching
+        return (None, {"backend": ValueError(refusal)}) if refusal else (cfg, {})
 
     def _validate(self, _change: Any = None) -> None:
         """Re-validate every field; show each error beside its field; Launch only when none."""
         self.fields["scheduler"].disabled = self.fields["backend"].value != "scheduler"
-        for executor, keys in ONLY.items():
+        for executors, keys in ONLY.items():
             for key in keys:
-                self.fields[key].disabled = self.fields["executor"].value != executor
+                self.fields[key].disabled = self.fields["executor"].value not in executors
         _, errors = self._build()
         for key, shown in self.errors.items():
             shown.value = html.escape(str(errors[key]), quote=False) if key in errors else ""

@@ -63,7 +63,7 @@ class Lab:
 
         self.form.launch_button.disabled = True
         shape = (f"an ATOM run of {config.atom.replicas} replicas" if config.executor == "atom"
-                 else f"a {config.stages}-stage run")
+                 else f"a {config.stages}-stage {'task-pool ' if config.executor == 'taskpool' else ''}run")
         self.status.value = f"launching {shape} ({options.get('backend', 'inprocess')})…"
         self.launching = in_background(lambda: labkit.launch(config, **options), name="labkit-lab-launch")
         self.launching.add_done_callback(self._launched)

@@ -15,17 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labkit.config import RunConfig
+from labkit.config import RunConfig, TaskPoolConfig
 from labkit.events import Event
 from labkit.jsonfile import read_json
+from labkit.lab.poolrows import PoolRows
 from labkit.runtime.eventlog import read_events
 
 Row = dict[str, Any]
-DATASETS = ("routing", "loads", "timeline", "throughput", "loss", "traffic", "marks", "recent_marks", "swaps")
+DATASETS = ("routing", "loads", "timeline", "throughput", "loss", "traffic", "marks", "recent_marks", "swaps",
+            "taskpool")
 MARKED_PEER_STATES = {"killed": "kill", "moved": "move", "banned": "ban"}
 # the datasets an event of each type may change (time moving on changes the windowed ones)
 TOUCHES = {"hop": ("routing", "timeline", "traffic"), "step": ("throughput", "loss"), "eval": ("loss",),
-           "load": ("loads",), "peer": ("loads", "marks", "recent_marks"), "setting": ("marks", "recent_marks"),
+           "load": ("loads",), "peer": ("loads", "marks", "recent_marks", "taskpool"),
+           "setting": ("marks", "recent_marks", "taskpool"),
            "sync": ("traffic",), "run": ("marks", "recent_marks"), "swap": ("swaps",)}
 WINDOWED = ("routing", "timeline", "recent_marks", "swaps")
 MARKED_SETTINGS = ("layer_split", "codec", "sync")
@@ -45,16 +48,17 @@ class Rows:
     """Folds events into chart rows: `add(event)` as they arrive, `datasets()` when drawing."""
 
     def __init__(self, codec: str = "fp32", tokens_per_microbatch: int = 0, windows: Windows = Windows(),
-                 executor: str = "swarm") -> None:
+                 executor: str = "swarm", microbatch: int = 1, taskpool: TaskPoolConfig = TaskPoolConfig()) -> None:
         self.w = windows
         self.executor = executor  # which charts draw these rows (labkit.lab.charts.chart_names)
         self.tokens_per_microbatch = tokens_per_microbatch  # for peers' tokens/s (0: unknown)
+        self.microbatch = microbatch  # samples per microbatch: a task-pool hop counts its slice's share of one
         self.versions = dict.fromkeys(DATASETS, 0)  # per dataset: a chart redraws only what moved
         self.now = 0.0  # the latest event time
         self.codec = codec
         self.started = False  # peers joining before the run starts are its first, not marked joins
-        self._hops: deque[tuple[float, int, str, str]] = deque()  # forward hops in the routing window
-        self._routes: dict[tuple[int, str, str], int] = {}
+        self._hops: deque[tuple[float, int, int, str, str]] = deque()  # forward hops in the routing window, samples
+        self._routes: dict[tuple[int, str, str], int] = {}  # samples by (stage, trainer, peer) in the window
         self._timeline: deque[Row] = deque()
         cap = windows.history_rows
         self._loads: deque[Row] = deque(maxlen=cap)
@@ -63,15 +67,17 @@ class Rows:
         self._marks: deque[Row] = deque(maxlen=cap)
         self._traffic: dict[tuple[int, str, str], int] = {}
         self._last_step: tuple[float, int] | None = None
-        self.peers: dict[str, Row] = {}  # per peer: stage, state, microbatches, bytes, tokens, since
+        self.peers: dict[str, Row] = {}  # per peer: stage, state, forward samples, bytes, since
         self._swaps: dict[str, deque[Row]] = {}  # per ATOM replica: its turns, oldest first
         self._iteration: dict[str, int] = {}  # per replica: the iteration its latest turn belongs to
         self._loaded: dict[tuple[str, int], float] = {}  # (replica, sub-model): when its device copy started loading
+        self.pool = PoolRows(taskpool, windows.history_rows)  # a task-pool run's servers, clients and pool
 
     @classmethod
     def for_config(cls, cfg: RunConfig, windows: Windows = Windows()) -> Rows:
-        """Rows of a run of `cfg`: its starting codec, tokens per microbatch and executor."""
-        return cls(cfg.compression.codec, cfg.microbatch * cfg.model.seq_len, windows, cfg.executor)
+        """Rows of a run of `cfg`: its starting codec, tokens per microbatch, executor and task pool."""
+        return cls(cfg.compression.codec, cfg.microbatch * cfg.model.seq_len, windows, cfg.executor, cfg.microbatch,
+                   cfg.taskpool)
 
     def extend(self, events: Iterable[Event]) -> Rows:
         for e in events:
@@ -101,9 +107,10 @@ class Rows:
         p = self._peer(peer, stage, t)
         p["bytes"] += e["bytes"]
         if e["direction"] == "forward":
-            self._hops.append((t, *key))
-            self._routes[key] = self._routes.get(key, 0) + 1
-            p["microbatches"] += 1
+            samples = e["end"] - e["start"] if "kind" in e else self.microbatch  # a task-pool hop is a slice
+            self._hops.append((t, samples, *key))
+            self._routes[key] = self._routes.get(key, 0) + samples
+            p["samples"] += samples
         self._timeline.append({"peer": peer, "stage": stage, "trainer": e["trainer"], "direction": e["direction"],
                                "start": t - e["seconds"], "end": t})
 
@@ -128,6 +135,8 @@ class Rows:
         p["state"] = e["state"]
         p["stage"] = e["stage"]
         self._loads.append({"t": e["t"], "peer": e["peer"], "stage": e["stage"], "queue": e["queue"]})
+        if self.executor == "taskpool":
+            self.pool.peer(e)
         what = MARKED_PEER_STATES.get(e["state"]) or ("join" if e["state"] == "joined" and self.started else None)
         if what:
             self._marks.append({"t": e["t"], "what": f"{what} {e['peer']}"})
@@ -135,6 +144,8 @@ class Rows:
     def _setting(self, e: Event) -> None:
         if e["name"] == "codec":
             self.codec = e["value"]
+        if e["name"] == "taskpool":
+            self.pool.setting(e)
         if e["name"] in MARKED_SETTINGS:
             self._marks.append({"t": e["t"], "what": f"{e['name']} {e['value']}"})
 
@@ -168,15 +179,15 @@ class Rows:
     def _peer(self, name: str, stage: int, t: float) -> Row:
         p = self.peers.get(name)
         if p is None:
-            p = self.peers[name] = {"stage": stage, "state": "alive", "microbatches": 0, "bytes": 0, "since": t}
+            p = self.peers[name] = {"stage": stage, "state": "alive", "samples": 0, "bytes": 0, "since": t}
         return p
 
     def _expire(self) -> None:
         """Drop forward hops that left the routing window and work (hops, swaps) older than the timeline's."""
         oldest = self.now - self.w.routing_s
         while self._hops and self._hops[0][0] < oldest:
-            _, *key = self._hops.popleft()
-            left = self._routes[tuple(key)] - 1
+            _, samples, *key = self._hops.popleft()
+            left = self._routes[tuple(key)] - samples
             if left:
                 self._routes[tuple(key)] = left
             else:
@@ -192,12 +203,13 @@ class Rows:
 
     # -- what the charts draw ------------------------------------------------------------------
     def routing(self) -> list[Row]:
-        """Microbatches each trainer sent to each peer of every stage in the last `routing_s`."""
-        return [{"stage": s, "trainer": tr, "peer": p, "microbatches": n}
+        """Microbatches each trainer sent to each peer of every stage in the last `routing_s` (a
+        task-pool client's slices as the share of a microbatch they hold)."""
+        return [{"stage": s, "trainer": tr, "peer": p, "microbatches": n / self.microbatch}
                 for (s, tr, p), n in sorted(self._routes.items())]
 
     def shares(self) -> dict[str, float]:
-        """Each peer's share of its stage's forward hops in the routing window."""
+        """Each peer's share of its stage's forward samples in the routing window."""
         per_peer: dict[tuple[int, str], int] = {}
         for (stage, _, peer), n in self._routes.items():
             per_peer[stage, peer] = per_peer.get((stage, peer), 0) + n
@@ -220,8 +232,8 @@ class Rows:
         out: dict[str, dict[str, float]] = {}
         for name, p in self.peers.items():
             seconds = max(min(self.w.routing_s, self.now - p["since"]), 1e-9)
-            out[name] = {"microbatches": p["microbatches"], "bytes": p["bytes"],
-                         "tokens_per_s": recent.get(name, 0) * self.tokens_per_microbatch / seconds}
+            out[name] = {"microbatches": p["samples"] / self.microbatch, "bytes": p["bytes"],
+                         "tokens_per_s": recent.get(name, 0) / self.microbatch * self.tokens_per_microbatch / seconds}
         return out
 
     def dataset(self, name: str) -> list[Row]:
@@ -229,7 +241,7 @@ class Rows:
         if name not in DATASETS:
             raise KeyError(f"no dataset {name!r}: one of {list(DATASETS)}")
         return {"routing": self.routing, "traffic": self.traffic, "recent_marks": self.recent_marks,
-                "swaps": self.swaps}.get(
+                "swaps": self.swaps, "taskpool": self.pool.rows}.get(
             name, lambda: list(getattr(self, f"_{name}")))()
 
     def datasets(self) -> dict[str, list[Row]]:

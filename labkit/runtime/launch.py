@@ -27,6 +27,15 @@ TASKPOOL_BACKENDS = {  # seed 002's servers (here) and clients (threads here, or
 }
 
 
+def backend_refusal(config: RunConfig, backend: str) -> str | None:
+    """Why `backend` cannot run `config`'s executor, or None: launch's check, which the lab's form
+    also shows beside its backend before anything is launched."""
+    if config.executor == "atom" and backend == "dask" and config.atom.device != "cpu":
+        return (f"atom.device={config.atom.device!r} is not allowed with backend='dask': 'cpu' (on Dask each "
+                f"replica computes on its worker's GPU when the worker has one, as SWARM peers do)")
+    return None
+
+
 def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | None = None, host: str = "127.0.0.1",
            run_dir: str | Path | None = None, resume: str | Path | None = None, trace: bool = False) -> RunHandle:
     """Start a run in the background and return its handle at once.
@@ -53,9 +62,8 @@ def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | No
     elif scheduler is not None:
         raise ValueError(f"scheduler={scheduler!r} is not allowed with backend='inprocess': "
                          f"a scheduler address needs backend='dask'")
-    if config.executor == "atom" and backend == "dask" and config.atom.device != "cpu":
-        raise ValueError(f"atom.device={config.atom.device!r} is not allowed with backend='dask': 'cpu' (on Dask "
-                         f"each replica computes on its worker's GPU when the worker has one, as SWARM peers do)")
+    if refusal := backend_refusal(config, backend):
+        raise ValueError(refusal)
     registry = {"atom": ATOM_BACKENDS, "taskpool": TASKPOOL_BACKENDS}.get(config.executor, BACKENDS)
     module, name = registry[backend].split(":")
     return getattr(importlib.import_module(module), name)(config, **options)

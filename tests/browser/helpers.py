@@ -26,7 +26,7 @@ import psutil
 from tests.processes import reap
 
 if TYPE_CHECKING:
-    from playwright.sync_api import ConsoleMessage, Page, Request
+    from playwright.sync_api import ConsoleMessage, Locator, Page, Request
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")  # not /usr/bin/chromium: that wrapper adds flags
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -275,3 +275,9 @@ def screenshot(page: Page, name: str) -> Path:
     page.screenshot(path=str(path))
     print(f"[browser] screenshot: {path}")
     return path
+
+
+def peer_row(page: Page, peer: str) -> Locator:
+    """The peer table's row of `peer` (the innermost box holding its name and a Kill button)."""
+    kill = page.get_by_role("button", name="Kill", exact=True)
+    return page.locator(".widget-hbox", has=kill).filter(has=page.get_by_text(peer, exact=True)).last

@@ -9,21 +9,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.browser.helpers import assert_offline, open_notebook, run_all, screenshot
+from tests.browser.helpers import assert_offline, open_notebook, peer_row, run_all, screenshot
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Locator, Page
+    from playwright.sync_api import Page
 
 pytestmark = pytest.mark.browser
 
 KILLED_BY_THE_NOTEBOOK, SURVIVOR_1 = "s1p0", "s1p1"
 CLICKED, SURVIVOR_0 = "s0p0", "s0p1"
-
-
-def peer_row(page: Page, peer: str) -> Locator:
-    """The peer table's row of `peer` (the innermost box holding its name and a Kill button)."""
-    kill = page.get_by_role("button", name="Kill", exact=True)
-    return page.locator(".widget-hbox", has=kill).filter(has=page.get_by_text(peer, exact=True)).last
 
 
 def test_the_quick_start_kills_from_the_panel_and_the_routing_chart_follows(page: Page) -> None:

@@ -159,3 +159,52 @@ def test_refresh_updates_labels_in_place(steered: tuple[RunHandle, RunControls])
     assert labels | {"queue": "0"} == {"peer": "s0p0", "stage": "0", "state": "serving", "queue": "0",
                                        "tokens/s": "1,234", "microbatches": "12", "bytes": "3.5 MB"}
     assert controls.summary.value.startswith("running · step ")
+
+
+def test_a_task_pool_runs_controls_kill_slow_and_add_clients_and_grey_out_the_other_verbs(
+        small_run: RunConfig) -> None:
+    run = labkit.launch(small_run.replace(executor="taskpool", steps=2000))
+    controls = RunControls(run)
+    run.wait_for(step=1)
+    controls.refresh(run.state(), {})
+    assert sorted(controls.rows) == ["s0c0", "s0c1", "s1c0", "s1c1"]
+    assert said(controls).startswith("task-pool run: ")
+    for widget in (controls.rebalance_button, controls.codec, controls.split_button, controls.sync_button,
+                   controls.rows["s0c0"].move, controls.rows["s0c0"].target):
+        assert widget.disabled and widget.tooltip.startswith("not with executor='taskpool': "), widget
+    assert controls.rows["s0c0"].move.tooltip == ("not with executor='taskpool': a client joins the stage it is added "
+                                                  "to: kill it and add_peer(stage) elsewhere")
+    row = controls.rows["s0c0"]
+    assert not any(w.disabled for w in (row.kill, row.slow, row.delay, controls.add_button, controls.add_stage))
+
+    row.delay.value = 0.01
+    row.slow.click()
+    controls.pending().result(TIMEOUT)
+    assert {p["peer"]: p["delay"] for p in run.state()["stages"][0]["peers"]}["s0c0"] == 0.01
+
+    controls.rows["s1c1"].kill.click()
+    controls.pending().result(TIMEOUT)
+    run.wait_for(event={"type": "peer", "peer": "s1c1", "state": "killed"}, timeout=TIMEOUT)
+    assert "s1c1" not in live_peers(run) and said(controls) == "killed s1c1"
+
+    controls.add_stage.value = 1
+    controls.add_button.click()
+    name = controls.pending().result(TIMEOUT)
+    assert name == "s1c2" and said(controls) == "added s1c2 to stage 1"
+    run.wait_for(event={"type": "hop", "peer": name}, timeout=TIMEOUT)  # the new client takes slices
+    controls.refresh(run.state(), {})
+    assert sorted(controls.rows) == ["s0c0", "s0c1", "s1c0", "s1c2"]
+
+    controls.rows["s1c0"].kill.click()
+    assert controls.pending().exception(TIMEOUT) is None
+    controls.rows["s1c2"].kill.click()  # the run's own refusal, in one line
+    assert controls.pending().exception(TIMEOUT) is not None
+    assert said(controls) == ("kill_peer: peer='s1c2' is the last live client of stage 1: add_peer(1) another "
+                              "before it leaves")
+    controls.codec.value = "int8"  # greyed out in the page; set from code, the handle's reason
+    assert controls.pending().exception(TIMEOUT) is not None
+    assert said(controls) == ("set_compression: set_compression is not available with executor='taskpool': slices "
+                              "cross stages through the servers as they are: there is no wire codec")
+    controls.stop_button.click()
+    assert run.wait(TIMEOUT)["status"] == "stopped"
+    controls.close()

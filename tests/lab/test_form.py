@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import pytest
 
 import labkit
-from labkit.config import AtomConfig, CompressionConfig, ConfigError, ModelConfig, RunConfig, SyncConfig
+from labkit.config import (EXECUTORS, AtomConfig, CompressionConfig, ConfigError, ModelConfig, RunConfig, SyncConfig,
+                           TaskPoolConfig)
 from labkit.lab.form import ONLY, LaunchForm, field_comments
 
 
@@ -64,6 +65,9 @@ def test_field_comments_are_read_from_the_source() -> None:
     ("atom.replicas", "0", lambda cfg: AtomConfig(replicas=0)),
     ("atom.budget_mb", "-1", lambda cfg: AtomConfig(budget_mb=-1.0)),
     ("atom.accumulation", "0", lambda cfg: AtomConfig(accumulation=0)),
+    ("taskpool.frontal", "0", lambda cfg: TaskPoolConfig(frontal=0)),
+    ("taskpool.slack", "0.5", lambda cfg: TaskPoolConfig(slack=0.5)),
+    ("taskpool.grace", "-1", lambda cfg: TaskPoolConfig(grace=-1.0)),
 ])
 def test_a_refused_value_shows_the_configs_error_beside_its_field(small_run: RunConfig, key: str, typed: str,
                                                                     build: Callable[[RunConfig], object]) -> None:
@@ -87,6 +91,7 @@ def test_a_refused_value_shows_the_configs_error_beside_its_field(small_run: Run
     ("peers", "2,x", "RunConfig.peers='2,x' is not allowed: an integer, or a comma list of integers (one per stage)"),
     ("atom.budget_mb", "lots", "AtomConfig.budget_mb='lots' is not allowed: blank (the least budget that fits) or a "
                                "number of MB"),
+    ("taskpool.backward", "two", "TaskPoolConfig.backward='two' is not allowed: an integer"),
 ])
 def test_a_value_that_does_not_parse_says_what_is_allowed(small_run: RunConfig, key: str, typed: str, want: str) -> None:
     form = LaunchForm(lambda cfg, options: None, defaults=small_run)
@@ -114,10 +119,10 @@ def test_the_executor_choice_builds_an_atom_config_and_greys_out_the_other_execu
         small_run: RunConfig) -> None:
     form = LaunchForm(lambda cfg, options: None, defaults=small_run)
     assert form.fields["executor"].value == "swarm" and form.fields["atom.budget_mb"].value == ""  # None: blank
-    assert all(form.fields[key].disabled for key in ONLY["atom"]) and not form.fields["stages"].disabled
+    assert all(form.fields[key].disabled for key in ONLY["atom",]) and not form.fields["stages"].disabled
     form.fields["executor"].value = "atom"
-    assert all(form.fields[key].disabled for key in ONLY["swarm"])
-    assert not any(form.fields[key].disabled for key in ONLY["atom"])
+    assert all(form.fields[key].disabled for key in (*ONLY["swarm",], *ONLY["swarm", "taskpool"]))
+    assert not any(form.fields[key].disabled for key in ONLY["atom",])
     form.fields["atom.replicas"].value = "3"
     form.fields["atom.accumulation"].value = "4"
     form.fields["atom.budget_mb"].value = "1.5"
@@ -131,9 +136,10 @@ def test_the_executor_choice_builds_an_atom_config_and_greys_out_the_other_execu
     form.fields["backend"].value = "dask"  # replicas as Dask actors: each uses its worker's GPU if it has one
     assert shown(form) == {} and form.launch_options() == {"backend": "dask"}
     form.fields["atom.device"].value = "cuda"
-    assert shown(form) == {"atom.device": "AtomConfig.device='cuda' is not allowed: 'cpu' with a Dask backend (each "
-                                          "replica computes on its worker's GPU when it has one)"}
-    assert form.launch_button.disabled
+    with pytest.raises(ValueError) as refused:  # launch's own refusal: it starts nothing
+        labkit.launch(small_run.replace(executor="atom", atom=AtomConfig(device="cuda")), backend="dask")
+    assert shown(form) == {"backend": str(refused.value)} and form.launch_button.disabled
+    assert str(refused.value).startswith("atom.device='cuda' is not allowed with backend='dask': 'cpu'")
     form.fields["atom.device"].value = "cpu"
     form.fields["executor"].value = "swarm"
     assert shown(form) == {} and form.config().executor == "swarm"
@@ -142,6 +148,42 @@ def test_the_executor_choice_builds_an_atom_config_and_greys_out_the_other_execu
     form = LaunchForm(lambda cfg, options: None, defaults=shared)
     form.fields["executor"].value = "atom"
     assert shown(form) == {"executor": message(lambda: shared.replace(executor="atom"))}
+
+
+def enabled(form: LaunchForm) -> set[str]:
+    """The config fields the form lets one edit."""
+    return {key for key, widget in form.fields.items() if not widget.disabled} - {"backend", "scheduler"}
+
+
+def test_each_executor_greys_out_exactly_the_fields_only_other_executors_read(small_run: RunConfig) -> None:
+    form = LaunchForm(lambda cfg, options: None, defaults=small_run)
+    shared = {"executor", "model.size", "global_batch", "microbatch", "steps", "lr"}
+    for executor, want in [("swarm", {"stages", "peers", "layer_split", "trainers", "rebalance_period"}
+                            | {key for key in form.fields if key.startswith(("compression.", "sync."))}),
+                           ("atom", {"atom.replicas", "atom.budget_mb", "atom.accumulation", "atom.device",
+                                     "atom.prefetch"}),
+                           ("taskpool", {"stages", "peers", "layer_split", "taskpool.frontal", "taskpool.backward",
+                                         "taskpool.slack", "taskpool.grace"})]:
+        form.fields["executor"].value = executor
+        assert enabled(form) == shared | want, executor
+    assert set(form.fields["executor"].options) == set(EXECUTORS)
+
+
+def test_the_executor_choice_builds_a_task_pool_config_for_either_backend(small_run: RunConfig) -> None:
+    form = LaunchForm(lambda cfg, options: None, defaults=small_run)
+    assert form.fields["taskpool.slack"].tooltip == "times a task's expected compute time before it is overdue (>= 1)"
+    assert form.fields["taskpool.frontal"].tooltip == field_comments(TaskPoolConfig)["frontal"]
+    form.fields["executor"].value = "taskpool"
+    form.fields["taskpool.backward"].value = "2"
+    form.fields["taskpool.slack"].value = "1.5"
+    form.fields["taskpool.grace"].value = "0"
+    assert shown(form) == {} and not form.launch_button.disabled
+    assert form.config() == small_run.replace(executor="taskpool", taskpool=TaskPoolConfig(backward=2, slack=1.5,
+                                                                                            grace=0.0))
+    form.fields["backend"].value = "dask"  # clients as Dask actors
+    assert shown(form) == {} and form.launch_options() == {"backend": "dask"} and not form.launch_button.disabled
+    form.fields["taskpool.slack"].value = "0.5"
+    assert shown(form) == {"taskpool.slack": message(lambda: TaskPoolConfig(slack=0.5))} and form.launch_button.disabled
 
 
 def test_backend_choices_give_launch_options(small_run: RunConfig) -> None:

@@ -1,4 +1,4 @@
-"""`Lab()` end to end, headless: the form launches a real run (SWARM or ATOM), the controls steer
+"""`Lab()` end to end, headless: the form launches a real run (SWARM, ATOM or the task pool), the controls steer
 it, and the one refresher keeps the charts and the peer table current."""
 
 from __future__ import annotations
@@ -84,6 +84,35 @@ def test_the_form_launches_an_atom_run_whose_panel_draws_its_swaps_and_steers_it
                30, "the joiner's turns in the swap timeline")
     wait_until(lambda: controls.rows[joined].labels["microbatches"].value not in ("", "0"), 30, "the joiner's work")
     controls.stop_button.click()
+    assert run.wait(60)["status"] == "stopped"
+    lab.close()
+
+
+def test_the_form_launches_a_task_pool_run_whose_chart_follows_a_client_killed_from_its_row(
+        small_run: RunConfig) -> None:
+    lab = labkit.lab.Lab(defaults=small_run.replace(steps=5000), hz=4)
+    lab.form.fields["executor"].value = "taskpool"
+    lab.form.fields["taskpool.backward"].value = "2"
+    lab.form.launch_button.click()
+    run = lab.wait_attached(timeout=120)
+    assert run.config.executor == "taskpool" and run.config.taskpool.backward == 2 and lab.whatif is None
+    assert set(lab.view.charts.boxes) == set(chart_names("taskpool"))
+    run.wait_for(step=2, timeout=120)
+    wait_until(lambda: set(lab.controls.rows) == {"s0c0", "s0c1", "s1c0", "s1c1"}, 30, "the clients in the peer table")
+    lab.controls.rows["s1c1"].kill.click()
+    killed = run.wait_for(event={"type": "peer", "peer": "s1c1", "state": "killed"}, timeout=60)
+    ended = run.wait_for(event=lambda e: e["type"] == "setting" and e["name"] == "taskpool" and e["t"] > killed["t"]
+                         and e["value"]["stage"] == 1, timeout=60)
+
+    def drawn() -> list[dict]:
+        return [r for r in lab.view.charts.spec("taskpool")["datasets"]["taskpool"] if r["stage"] == 1]
+
+    wait_until(lambda: any(r["t"] == ended["t"] for r in drawn()), 30, "the pass after the kill in the task-pool chart")
+    at_kill = {r["series"]: r["value"] for r in drawn() if r["t"] == killed["t"]}
+    assert at_kill == {"servers": 3, "clients": 1, "pool": killed["pooled_samples"]}
+    assert {r["series"]: r["value"] for r in drawn() if r["t"] == ended["t"]} == {"servers": 3, "clients": 1, "pool": 0}
+    wait_until(lambda: "s1c1" not in lab.controls.rows, 30, "the killed client leaving the table")
+    lab.controls.stop_button.click()
     assert run.wait(60)["status"] == "stopped"
     lab.close()
 

@@ -8,7 +8,7 @@ import pytest
 import vl_convert
 
 from labkit import events as ev
-from labkit.config import RunConfig
+from labkit.config import RunConfig, TaskPoolConfig
 from labkit.lab.charts import CHARTS, chart_names, with_data
 from labkit.lab.rows import Rows, Windows, hop_shares, rows_of_run
 
@@ -126,20 +126,73 @@ def test_swap_turns_older_than_the_timeline_expire_with_their_replica() -> None:
     assert {r["replica"] for r in rows.swaps()} == {"r0"} and min(r["compute_end"] for r in rows.swaps()) >= 1.0
 
 
+def slice_hop(t: float, stage: int, peer: str, kind: str, start: int, end: int) -> ev.Event:
+    """A task-pool client's slice [start, end) of microbatch 0 (a recompute goes backward)."""
+    return ev.hop(t, trainer="servers", stage=stage, peer=peer, direction="forward" if kind == "forward" else "backward",
+                  nbytes=100, seconds=0.1, microbatch=0) | {"kind": kind, "start": start, "end": end}
+
+
+def pool_stats(t: float, stage: int, pooled: int, lost: int) -> ev.Event:
+    return ev.setting(t, name="taskpool", value={"stage": stage, "forward_samples": 4, "backward_samples": 4,
+                                                 "lost_samples": lost, "pooled_samples": pooled, "discarded_samples": 0,
+                                                 "pool_depth": 0, "repeated_beyond_lost": 0})
+
+
+def pool_run() -> list[ev.Event]:
+    """A task pool of microbatches of 4 samples: s0c1 is killed holding 3 samples, which s0c0
+    recomputes; stage 1's only client is overdue (its pooled work known only at the pass's end)
+    and rejoins."""
+    out = [ev.peer(0.0, peer=p, stage=int(p[1]), state="joined", queue=0) for p in ("s0c0", "s0c1", "s1c0")]
+    out += [ev.run(0.5, state="started"), slice_hop(1.0, 0, "s0c0", "forward", 0, 1),
+            slice_hop(1.1, 0, "s0c1", "forward", 1, 4),
+            ev.peer(1.2, peer="s0c1", stage=0, state="killed", queue=0) | {"reason": "killed", "pooled_samples": 3},
+            slice_hop(1.4, 0, "s0c0", "recompute", 1, 4), pool_stats(1.5, 0, pooled=3, lost=3),
+            ev.peer(1.7, peer="s1c0", stage=1, state="killed", queue=0) | {"reason": "overdue"},
+            ev.peer(1.8, peer="s1c0", stage=1, state="joined", queue=0) | {"reason": "rejoined after it was overdue"},
+            pool_stats(2.0, 1, pooled=2, lost=2)]
+    return out
+
+
+def test_a_task_pools_servers_clients_and_pool_and_its_clients_share_of_the_slices() -> None:
+    rows = Rows(executor="taskpool", microbatch=4, taskpool=TaskPoolConfig(frontal=1, backward=2)).extend(pool_run())
+    series = {(stage, name): [(r["t"], r["value"]) for r in rows.dataset("taskpool")
+                              if r["stage"] == stage and r["series"] == name] for stage in (0, 1)
+              for name in ("servers", "clients", "pool")}
+    assert series[0, "clients"] == [(0.0, 1), (0.0, 2), (1.2, 1), (1.5, 1), (1.5, 1)]
+    assert series[0, "pool"] == [(0.0, 0), (0.0, 0), (1.2, 3), (1.5, 3), (1.5, 0)]  # the kill's, then the next pass
+    assert series[1, "clients"] == [(0.0, 1), (1.7, 0), (1.8, 1), (2.0, 1), (2.0, 1)]
+    assert series[1, "pool"] == [(0.0, 0), (1.7, 0), (1.8, 0), (2.0, 2), (2.0, 0)]  # overdue: the servers' count
+    assert {v for (_, name), values in series.items() if name == "servers" for _, v in values} == {3}
+    ended = [r for r in rows.dataset("taskpool") if r["what"] == "pass ended" and r["series"] == "pool"]
+    assert [(r["stage"], r["lost_samples"], r["repeated_beyond_lost"]) for r in ended] == [(0, 3, 0), (1, 2, 0)]
+    # the forward slices as shares of a microbatch (the recompute is backward work)
+    assert rows.routing() == [{"stage": 0, "trainer": "servers", "peer": "s0c0", "microbatches": 0.25},
+                              {"stage": 0, "trainer": "servers", "peer": "s0c1", "microbatches": 0.75}]
+    assert rows.shares() == {"s0c0": 0.25, "s0c1": 0.75}
+    assert rows.totals()["s0c1"]["microbatches"] == 0.75
+    assert Rows().extend(known_run()).dataset("taskpool") == []  # a SWARM run's peers are not clients
+
+
 def test_chart_names_follow_the_executor() -> None:
+    assert chart_names("taskpool") == ("taskpool", "routing", "timeline", "throughput", "loss")
     assert chart_names("atom") == ("swaps", "throughput", "loss")
     assert chart_names("swarm") == ("routing", "loads", "timeline", "throughput", "loss", "traffic")
     assert Rows.for_config(RunConfig(executor="atom")).executor == "atom"
 
 
 def test_every_chart_renders_the_rows_offline() -> None:
-    data = Rows(tokens_per_microbatch=128).extend(known_run() + atom_run(13.0, ("r0", "r1"))).datasets()
+    data = Rows(tokens_per_microbatch=128, executor="taskpool").extend(
+        known_run() + atom_run(13.0, ("r0", "r1")) + pool_run()).datasets()
     for name, make in CHARTS.items():
         assert data[name], name
         svg = vl_convert.vegalite_to_svg(with_data(make().to_dict(), data))
         assert svg.startswith("<svg") and "<path" in svg, name
     svg = vl_convert.vegalite_to_svg(with_data(CHARTS["swaps"]().to_dict(), data))
     for text in ("ATOM swap timeline (Figure 12)", "execution", "device", "r0", "r1", "forward+backward", "loading", "resident"):
+        assert f">{text}<" in svg, text
+    svg = vl_convert.vegalite_to_svg(with_data(CHARTS["taskpool"]().to_dict(), data))
+    for text in ("Task pool: servers, clients and pooled work", "servers and clients", "samples in the pool", "servers",
+                 "clients", "pool"):
         assert f">{text}<" in svg, text
 
 
