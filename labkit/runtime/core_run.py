@@ -10,8 +10,10 @@ resume where the shapes agree.
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -29,6 +31,16 @@ from labkit.runtime.handle import RunHandle, Snapshot, ended_summary, leave_reco
 from labkit.runtime.totals import RunTotals
 
 JOIN_SECONDS = 60.0  # how long the end of a run waits for the core's threads to leave their work
+_LIVE: weakref.WeakSet[CoreRun] = weakref.WeakSet()  # runs a process exit must stop first
+
+
+@atexit.register
+def _stop_live_runs() -> None:
+    """At exit, stop every run still live and wait for its thread: a daemon thread still in torch
+    when the interpreter finalizes aborts the process ("terminate called without an active exception")."""
+    for run in list(_LIVE):
+        run.stop()
+        run.wait(JOIN_SECONDS)
 
 
 class RunCore(Protocol):
@@ -80,7 +92,18 @@ class CoreRun(RunHandle):
         self._snapshots: list[Future] = []
         self._lock = threading.Lock()
         self._started = time.time()  # the wall clock, which a core's remote workers share
-        threading.Thread(target=self._main, name=f"{executor}-run", daemon=True).start()
+        self._thread = threading.Thread(target=self._main, name=f"{executor}-run", daemon=True)
+        self._thread.start()
+        _LIVE.add(self)
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        """Block until the run ends and its thread has let go of everything (or `timeout` seconds
+        pass); return the summary so far."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        summary = super().wait(timeout)
+        if self.done:
+            self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return summary
 
     def _clock(self) -> float:
         return time.time() - self._started

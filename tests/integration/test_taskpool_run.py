@@ -5,6 +5,8 @@ finished by others from the pool, and no forward work is repeated beyond what it
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -151,3 +153,18 @@ def test_verbs_without_meaning_are_refused_with_the_reason(tmp_path: Path) -> No
         run.stop()
     assert run.wait(timeout=60)["status"] == "stopped"
 
+
+
+def test_a_process_that_ends_after_its_runs_exits_cleanly() -> None:
+    """A script that ends right after its runs (one finished, one still live) exits with 0: the
+    runs' threads have let go of torch before the interpreter finalizes (a daemon thread still
+    in torch then aborts the process: "terminate called without an active exception")."""
+    script = ("import labkit\n"
+              "from labkit.config import ModelConfig, RunConfig\n"
+              "cfg = RunConfig(model=ModelConfig(size='nano', seq_len=64), steps=12, eval_every=0, executor='taskpool')\n"
+              "run = labkit.launch(cfg)\n"
+              "run.wait_for(step=5, timeout=120)\n"
+              "assert run.wait(120)['status'] == 'finished'\n"
+              "labkit.launch(cfg.replace(steps=500)).wait_for(step=2, timeout=120)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
