@@ -216,17 +216,26 @@ class TaskPoolConfig:
     after it was handed out (the expected time from the client's speed measured when it joined).
     """
 
-    frontal: int = 1  # frontal servers per stage: hold the stage's inputs and split them over its clients
-    backward: int = 1  # backward servers per stage: collect outputs and route gradients back by the slice list
+    frontal: int | tuple[int, ...] = 1  # frontal servers per stage (one number for all, or one per stage): hold the
+    # stage's inputs and split them over its clients
+    backward: int | tuple[int, ...] = 1  # backward servers per stage (one number or one per stage): collect outputs,
+    # route gradients back by the slice list, and shard the stage's parameters among them
     slack: float = 3.0  # times a task's expected compute time before it is overdue (>= 1)
     grace: float = 2.0  # seconds added to every deadline (>= 0)
 
     def __post_init__(self) -> None:
         o = "TaskPoolConfig"
         for name in ("frontal", "backward"):
-            _check(_is_int(getattr(self, name)) and getattr(self, name) >= 1, o, name, getattr(self, name), "an integer >= 1")
+            value = getattr(self, name)
+            counts = value if isinstance(value, tuple) else (value,)
+            _check(len(counts) >= 1 and all(_is_int(n) and n >= 1 for n in counts), o, name, value,
+                   "an integer >= 1, or a tuple of them, one per stage")
         _check(_is_number(self.slack) and self.slack >= 1, o, "slack", self.slack, "a finite number >= 1")
         _check(_is_number(self.grace) and self.grace >= 0, o, "grace", self.grace, "a finite number >= 0")
+
+    def servers(self, stage: int) -> tuple[int, int]:
+        """(frontal, backward) servers of `stage`."""
+        return tuple(v[stage] if isinstance(v, tuple) else v for v in (self.frontal, self.backward))  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -325,6 +334,10 @@ class RunConfig:
         _check(isinstance(self.atom, AtomConfig), o, "atom", self.atom, "an AtomConfig")
         _check(isinstance(self.taskpool, TaskPoolConfig), o, "taskpool", self.taskpool, "a TaskPoolConfig")
         if self.executor == "taskpool":  # clients compute slices with the servers' parameters: no codec, no DiLoCo
+            for name in ("frontal", "backward"):
+                value = getattr(self.taskpool, name)
+                _check(not isinstance(value, tuple) or len(value) == self.stages, o, f"taskpool.{name}", value,
+                       f"one number, or one per stage ({self.stages})")
             _check(self.sync.mode == "allreduce", o, "sync", self.sync,
                    "SyncConfig(mode='allreduce') with executor='taskpool' (the servers aggregate every pass)")
             _check(self.compression.boundary == "none", o, "compression", self.compression,

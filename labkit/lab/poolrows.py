@@ -24,7 +24,7 @@ class PoolRows:
     """`peer(e)` and `setting(e)` as events arrive; `rows()`: one row per change, at most `cap`."""
 
     def __init__(self, taskpool: TaskPoolConfig = TaskPoolConfig(), cap: int = 1_000) -> None:
-        self.servers = taskpool.frontal + taskpool.backward
+        self.taskpool = taskpool
         self._rows: deque[Row] = deque(maxlen=cap)
         self._clients: dict[int, set[str]] = {}  # per stage: its live clients
         self._pooled: dict[int, int] = {}  # per stage: samples handed to the pool this pass
@@ -52,7 +52,7 @@ class PoolRows:
         self._add(e["t"], stage, {"what": "next pass"})
 
     def _add(self, t: float, stage: int, about: Row) -> None:
-        counts = {"servers": self.servers, "clients": len(self._clients.get(stage, ())), "pool": self._pooled.get(stage, 0)}
+        counts = {"servers": sum(self.taskpool.servers(stage)), "clients": len(self._clients.get(stage, ())), "pool": self._pooled.get(stage, 0)}
         for series, value in counts.items():
             self._rows.append({"t": t, "stage": stage, "series": series, "value": value, **about})
 

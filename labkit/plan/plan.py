@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -128,15 +129,32 @@ class Plan:
 
     def run_config(self, base: RunConfig, *, max_peers_per_stage: int | None = None) -> RunConfig:
         """A run that follows this plan: its stage count, one peer per planned device (at most
-        `max_peers_per_stage`), and its layer split rescaled to `base.model`'s depth.
+        `max_peers_per_stage`), and its layer split rescaled to `base.model`'s depth. With
+        executor='taskpool' the plan's roles say it: its clients are the peers, and each stage
+        has the plan's frontal and backward servers.
 
         >>> plan.run_config(RunConfig()).layer_split  # doctest: +SKIP
         (2, 2)
         """
-        peers = tuple(len(s.devices) if max_peers_per_stage is None else min(len(s.devices), max_peers_per_stage)
-                      for s in self.stages)
         split = rescale_split(self.layer_split, base.model.n_layer)
-        return base.replace(stages=len(self.stages), peers=peers, layer_split=split)
+        if base.executor != "taskpool":
+            return base.replace(stages=len(self.stages), peers=self._capped([s.devices for s in self.stages],
+                                                                             max_peers_per_stage), layer_split=split)
+        roles = {role: [s.with_role(role) for s in self.stages] for role in ("frontal", "backward", "client")}
+        for role, per_stage in roles.items():
+            empty = [k for k, devices in enumerate(per_stage) if not devices]
+            if empty:
+                raise ConfigError("Plan", "roles", f"no {role} device in stage {empty[0]}",
+                                  "a plan whose every stage has frontal, backward and client devices for "
+                                  "executor='taskpool' (the clustering planner's: labkit plan --method cluster)")
+        taskpool = replace(base.taskpool, frontal=tuple(map(len, roles["frontal"])),
+                           backward=tuple(map(len, roles["backward"])))
+        return base.replace(stages=len(self.stages), peers=self._capped(roles["client"], max_peers_per_stage),
+                            layer_split=split, taskpool=taskpool)
+
+    @staticmethod
+    def _capped(devices: Sequence[Sequence[str]], cap: int | None) -> tuple[int, ...]:
+        return tuple(len(d) if cap is None else min(len(d), cap) for d in devices)
 
     def describe(self) -> str:
         """A few human-readable lines: time and parts, then one line per stage."""

@@ -43,7 +43,7 @@ def _pool_stats(run: labkit.RunHandle, stage: int) -> dict:
 
 @pytest.mark.parametrize("delayed", [False, True], ids=["plain", "delayed-updates"])
 def test_training_equals_the_single_process_loop(tmp_path: Path, delayed: bool) -> None:
-    cfg = CFG.replace(delayed_updates=delayed, taskpool=TaskPoolConfig(frontal=3, backward=2))
+    cfg = CFG.replace(delayed_updates=delayed, taskpool=TaskPoolConfig(frontal=(3, 1), backward=(2, 1)))
     run = labkit.launch(cfg, run_dir=tmp_path)
     summary = run.wait(timeout=120)
     assert summary["status"] == "finished", summary

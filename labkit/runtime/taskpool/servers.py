@@ -38,11 +38,12 @@ class StageServers:
     def __init__(self, cfg: RunConfig, stage: int, state: dict[str, Any]) -> None:
         tp = cfg.taskpool
         self.cfg, self.stage, self.samples = cfg, stage, cfg.microbatch
-        self.pool = StagePool(cfg.microbatch, [f"s{stage}fs{i}" for i in range(tp.frontal)],
-                              [f"s{stage}bs{i}" for i in range(tp.backward)], slack=tp.slack, grace=tp.grace)
+        frontal, backward = tp.servers(stage)
+        self.pool = StagePool(cfg.microbatch, [f"s{stage}fs{i}" for i in range(frontal)],
+                              [f"s{stage}bs{i}" for i in range(backward)], slack=tp.slack, grace=tp.grace)
         self.master: Stage = stage_module(cfg, stage, state["params"])
         params = list(self.master.parameters())
-        c = cuts(len(params), tp.backward)  # the BS shard the parameters: one optimizer each
+        c = cuts(len(params), backward)  # the BS shard the parameters: one optimizer each
         self.shards = [(lo, hi) for lo, hi in zip(c, c[1:]) if hi > lo]
         self.optimizers = [make_optimizer(params[lo:hi], cfg) for lo, hi in self.shards]
         if state.get("optimizer") is not None:

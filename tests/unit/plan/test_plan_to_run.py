@@ -27,3 +27,21 @@ def test_run_config_follows_the_plan() -> None:
     assert Plan.from_json(plan.to_json()).run_config(RunConfig()).peers_per_stage == (3, 1)
     with pytest.raises(ConfigError, match="at most the model's 4 layers"):
         rescale_split((1,) * 5, 4)
+
+
+def test_a_task_pool_run_takes_its_servers_and_clients_from_the_plans_roles() -> None:
+    stages = (PlanStage(devices=("f", "b1", "b2", "c1", "c2", "c3"), layers=3,
+                        roles=("frontal", "backward", "backward", "client", "client", "client")),
+              PlanStage(devices=("f2", "g", "d"), layers=1, roles=("frontal", "backward", "client")))
+    plan = Plan(method="cluster", scenario="t", stages=stages, links=((("c1", "d", 1.0),),), time=1.0,
+                parts={"dp": 0.0, "pp": 0.5, "compute": 0.5})
+    cfg = plan.run_config(RunConfig(model=ModelConfig(size="nano"), executor="taskpool"), max_peers_per_stage=2)
+    assert (cfg.stages, cfg.peers_per_stage, cfg.layer_split) == (2, (2, 1), (3, 1))
+    assert (cfg.taskpool.frontal, cfg.taskpool.backward) == ((1, 1), (2, 1))
+    assert [cfg.taskpool.servers(s) for s in range(2)] == [(1, 2), (1, 1)]
+    no_clients = Plan(method="dtfm", scenario="t", stages=(PlanStage(devices=("a",), layers=4),), links=(),
+                      time=1.0, parts={"dp": 0.0, "pp": 0.5, "compute": 0.5})
+    with pytest.raises(ConfigError, match="no frontal device in stage 0.*labkit plan --method cluster"):
+        no_clients.run_config(RunConfig(model=ModelConfig(size="nano"), stages=1, peers=1, executor="taskpool"))
+    with pytest.raises(ConfigError, match=r"taskpool.frontal=\(1, 1\) is not allowed: one number, or one per stage \(3\)"):
+        RunConfig(model=ModelConfig(size="nano"), stages=3, executor="taskpool", taskpool=cfg.taskpool)
