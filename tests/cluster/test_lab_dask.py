@@ -49,8 +49,9 @@ def test_the_panel_launches_and_steers_a_dask_run(cluster, small_run: RunConfig)
 
         wait_until(lambda: sorted(controls.rows) == sorted(["s0p0", "s1p0", new]), 30, "the table after the move")
         run.wait_for(event={"type": "load", "peer": new}, timeout=TIMEOUT)  # published from the coordinator's worker
+        marked = {"kill s1p1", "move s0p1", "codec fp16"}  # the view folds events on its own thread, a beat later
+        wait_until(lambda: marked <= {m["what"] for m in lab.view.rows.datasets()["marks"]}, 30, "the view's marks")
         data = lab.view.rows.datasets()
-        assert {"kill s1p1", "move s0p1", "codec fp16"} <= {m["what"] for m in data["marks"]}
         assert {r["peer"] for r in data["loads"]} >= {"s0p0", "s1p0"}
         assert data["routing"] and data["timeline"] and data["throughput"] and data["traffic"]
     finally:
