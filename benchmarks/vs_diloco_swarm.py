@@ -79,6 +79,7 @@ def main() -> None:
             for name, measure in variants.items():
                 load = os.getloadavg()[0]
                 results[name].append((measure(), load))
+                print(f"{name}: {results[name][-1][0]:,.0f} tokens/s (load at start {load:.1f})", flush=True)
     finally:
         client.close()
         cluster.close()
