@@ -5,7 +5,7 @@ trips trainer -> peer -> trainer: (a) through labkit's data plane, `RemotePeer.c
 with `x` the fp32 `Encoded` of the tensor, from a caller actor on worker A to a `PeerActor` on
 worker B of a 2-process `LocalCluster` (a Dask actor call worker to worker, queued on the peer's
 thread, as a trainer's forward request travels); (b) a raw TCP socket between two spawned
-processes, the same bytes with an 8-byte length prefix, received fully and sent back.
+processes, the same bytes after a 16-byte header (size, reply size), received fully and sent back.
 MB/s = 2 * 6,291,456 bytes * round trips / seconds (both directions count). Warm-up rounds
 first; then repeats interleave (labkit, raw) and medians are reported, since the machine is
 shared and noisy. To show where labkit's time goes, it also prints what Dask's serialization
@@ -38,7 +38,7 @@ from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
 from labkit.backends.dask.workers import cluster_workers
 from labkit.config import ModelConfig, RunConfig
 from labkit.model.assembly import initial_states
-from labkit.wire import Encoded, get_codec
+from labkit.wire import get_codec
 
 SHAPE = (4, 512, 768)
 NBYTES = 4 * 512 * 768 * 4  # 6,291,456
@@ -76,39 +76,70 @@ def _recv_exactly(sock: socket.socket, view: memoryview) -> bool:
 
 
 def raw_echo(conn: Connection) -> None:
-    """Child process: accept one connection; send every length-prefixed message back whole."""
+    """Child process: accept one connection; for every message (a 16-byte header: its size and
+    the reply's size, then its bytes) send back the reply's size and that many of its bytes."""
     with socket.create_server((HOST, 0)) as server:
         conn.send(server.getsockname()[1])
         sock, _ = server.accept()
     with sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        header, payload = bytearray(8), bytearray()
+        header, payload = bytearray(16), bytearray()
         while _recv_exactly(sock, memoryview(header)):
-            size = int.from_bytes(header, "little")
-            if len(payload) < size:
-                payload = bytearray(size)
-            body = memoryview(payload)[:size]
-            if not _recv_exactly(sock, body):
+            size, reply = int.from_bytes(header[:8], "little"), int.from_bytes(header[8:], "little")
+            if len(payload) < max(size, reply):
+                payload = bytearray(max(size, reply))
+            if not _recv_exactly(sock, memoryview(payload)[:size]):
                 return
-            sock.sendall(header)
-            sock.sendall(body)
+            sock.sendall(header[8:])
+            sock.sendall(memoryview(payload)[:reply])
 
 
 def raw_sender(port: int, conn: Connection) -> None:
-    """Child process: for each `n` received on `conn`, time `n` round trips of NBYTES and reply
-    (seconds, whether the last echo matched); stop on None."""
-    data, header = os.urandom(NBYTES), NBYTES.to_bytes(8, "little")
-    back, back_header = bytearray(NBYTES), bytearray(8)
+    """Child process: for each (n, size, reply) received on `conn`, time `n` round trips of
+    `size` bytes out and `reply` bytes back and answer (seconds, whether the last reply matched
+    what was sent); stop on None."""
     with socket.create_connection((HOST, port)) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        while (n := conn.recv()) is not None:
+        while (asked := conn.recv()) is not None:
+            n, size, reply = asked
+            data, header = os.urandom(size), size.to_bytes(8, "little") + reply.to_bytes(8, "little")
+            back, back_header = bytearray(reply), bytearray(8)
             start = time.perf_counter()
             for _ in range(n):
                 sock.sendall(header)
                 sock.sendall(data)
                 _recv_exactly(sock, memoryview(back_header))
                 _recv_exactly(sock, memoryview(back))
-            conn.send((time.perf_counter() - start, back == data))
+            common = min(size, reply)
+            conn.send((time.perf_counter() - start, back[:common] == data[:common]))
+
+
+class RawTcp:
+    """Two spawned processes on a loopback socket: `round_trips` times messages between them."""
+
+    def __init__(self) -> None:
+        ctx = mp.get_context("spawn")
+        echo_end, echo_conn = ctx.Pipe()
+        self._sender_end, sender_conn = ctx.Pipe()
+        self._processes = [ctx.Process(target=raw_echo, args=(echo_conn,), daemon=True)]
+        self._processes[0].start()
+        self._processes.append(ctx.Process(target=raw_sender, args=(echo_end.recv(), sender_conn), daemon=True))
+        self._processes[1].start()
+
+    def round_trips(self, n: int, size: int = NBYTES, reply: int = NBYTES) -> float:
+        """Wall seconds of `n` round trips of `size` bytes out and `reply` bytes back."""
+        self._sender_end.send((n, size, reply))
+        seconds, matched = self._sender_end.recv()
+        assert matched, "the raw TCP echo changed the bytes"
+        return seconds
+
+    def close(self) -> None:
+        self._sender_end.send(None)
+        for process in reversed(self._processes):
+            process.join(10)
+            if process.is_alive():
+                process.terminate()
+                process.join()
 
 
 def start_labkit(client: Client) -> tuple[str, Any, Any]:
@@ -127,10 +158,10 @@ def start_labkit(client: Client) -> tuple[str, Any, Any]:
     return run_id, peer, caller
 
 
-def serialization_ms(encoded: Encoded, repeats: int) -> float:
-    """Median ms to serialize and deserialize `encoded` as a Dask actor call's argument (what each
+def serialization_ms(args: tuple, repeats: int) -> float:
+    """Median ms to serialize and deserialize `args` as a Dask actor call's arguments (what each
     direction of a labkit round trip pays besides the socket), in this process."""
-    message = {"op": "actor_execute", "args": [to_serialize(encoded)]}
+    message = {"op": "actor_execute", "args": [to_serialize(a) for a in args]}
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -150,42 +181,29 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed rounds of --round-trips on each side first")
     args = parser.parse_args()
     n = args.round_trips
-    ctx = mp.get_context("spawn")
-    echo_end, echo_conn = ctx.Pipe()
-    sender_end, sender_conn = ctx.Pipe()
-    echo = ctx.Process(target=raw_echo, args=(echo_conn,), daemon=True)
-    sender = None
+    raw = None
     results: dict[str, list[float]] = {"labkit": [], "raw TCP": []}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host=HOST, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         try:
-            echo.start()
-            sender = ctx.Process(target=raw_sender, args=(echo_end.recv(), sender_conn), daemon=True)
-            sender.start()
+            raw = RawTcp()
             run_id, peer, caller_future = start_labkit(client)
             caller = caller_future.result(START_TIMEOUT)
             assert caller.echo_matches().result(), "the labkit echo changed the tensor"
             for r in range(args.warmup + args.repeats):
                 labkit_seconds = caller.round_trips(n).result()
-                sender_end.send(n)
-                raw_seconds, matched = sender_end.recv()
-                assert matched, "the raw TCP echo changed the bytes"
+                raw_seconds = raw.round_trips(n)
                 if r >= args.warmup:
                     results["labkit"].append(mbps(n, labkit_seconds))
                     results["raw TCP"].append(mbps(n, raw_seconds))
             peer.result().stop(False).result(30)
             client.run(release, run_id)
         finally:
-            sender_end.send(None)
-            for process in (sender, echo):
-                if process is not None:
-                    process.join(10)
-                    if process.is_alive():
-                        process.terminate()
-                        process.join()
+            if raw is not None:
+                raw.close()
     load = os.getloadavg()[0]
     torch.set_num_threads(1)  # as the workers' peers run
-    codec_ms = serialization_ms(get_codec("fp32").encode(torch.randn(SHAPE)), args.repeats)
+    codec_ms = serialization_ms((get_codec("fp32").encode(torch.randn(SHAPE)),), args.repeats)
     print(f"tensor {SHAPE} float32 ({NBYTES:,} bytes), {n} round trips per repeat, {args.warmup} warm-up, "
           f"{args.repeats} repeats interleaved; load average {load:.1f}")
     medians = {name: statistics.median(values) for name, values in results.items()}

@@ -16,10 +16,13 @@ PEER_STATES = ("joined", "alive", "banned", "killed", "moved", "left")
 RUN_STATES = ("started", "paused", "resumed", "finished", "stopped", "diverged", "failed")
 
 
-def hop(t: float, *, trainer: str, stage: int, peer: str, direction: str, nbytes: int, seconds: float, microbatch: int) -> Event:
-    """One microbatch crossing one stage: `nbytes` sent to the peer plus received back."""
+def hop(t: float, *, trainer: str, stage: int, peer: str, direction: str, nbytes: int, seconds: float, microbatch: int,
+        timing: dict[str, float] | None = None) -> Event:
+    """One microbatch crossing one stage: `nbytes` sent to the peer plus received back, in `seconds`
+    of which `timing` says where they went when measured (labkit.runtime.request_queue.timing:
+    the peer's queue and compute; over Dask also dispatch, request, served, reply)."""
     return {"type": "hop", "t": t, "trainer": trainer, "stage": stage, "peer": peer, "direction": direction,
-            "bytes": int(nbytes), "seconds": seconds, "microbatch": microbatch}
+            "bytes": int(nbytes), "seconds": seconds, "microbatch": microbatch, "timing": timing or {}}
 
 
 def step(t: float, *, step: int, loss: float, samples: int, tokens: int) -> Event:

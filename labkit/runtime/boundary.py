@@ -14,12 +14,16 @@ step is credited at every stage. In six steps:
 A peer that fails while its sums are gathered is evicted and the boundary is abandoned: its
 samples are recomputed by the survivors and the boundary runs again. A peer that fails while the
 step is applied is evicted and the survivors go on. Requests to the peers of all stages go out
-at once (they may live in other processes).
+at once (they may live in other processes). The step event says where the boundary's time went
+(`BoundaryTimes`): each request's wall seconds and its slowest peer's queue + compute.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -29,6 +33,7 @@ from labkit.config import SyncConfig
 from labkit.model.assembly import stage_module
 from labkit.model.partition import stage_bounds
 from labkit.runtime.ports import PeerHandle
+from labkit.runtime.request_queue import timing
 from labkit.runtime.resize import recut_states
 from labkit.swarm.sync import sum_over_peers, weighted_average
 
@@ -38,38 +43,62 @@ if TYPE_CHECKING:
 Gathered = list[tuple[list[PeerHandle], list[tuple[list[Any], int]]]]  # per stage: peers, (grads, samples)
 
 
+class BoundaryTimes:
+    """Where one boundary's time goes: wall seconds of each request sent to the peers (named by
+    its method) and of the coordinator's own reduction, and per request the slowest peer's queue
+    + compute (the rest is transport). Reported with the step event as its "boundary"."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+        self.peer_seconds: dict[str, float] = {}
+
+    def add(self, name: str, start: float, futures: Sequence[Future] = ()) -> None:
+        """Count the seconds since `start` under `name`, and the slowest of `futures`' peers."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+        served = [t["queue"] + t["compute"] for t in map(timing, futures) if t]  # a failed request has none
+        if served:
+            self.peer_seconds[name] = self.peer_seconds.get(name, 0.0) + max(served)
+
+    def report(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "peer_seconds": self.peer_seconds, "total": time.perf_counter() - self.start}
+
+
 def step_boundary(c: Coordinator) -> None:
     """Take one optimizer step of the whole run (see the module docstring)."""
-    step = c.ledger.step
+    step, times = c.ledger.step, BoundaryTimes()
     # 1-2. gather every stage's gradient sums and check them against the ledger
-    gathered = gather_gradients(c)
+    gathered = gather_gradients(c, times)
     if gathered is None:
         return  # a peer was evicted: its samples are recomputed, then the boundary runs again
     # 3. decide what this boundary does
     decision = c.schedule.boundary()
     # 4-5. reduce and apply
     if decision.allreduce:
+        start = time.perf_counter()
         sums = [sum_over_peers([g for g, _ in taken]) for _, taken in gathered]
+        times.add("reduce", start)
         gather(c, "optimizer_step", [(p, (sums[stage], step)) for stage, (peers, _) in enumerate(gathered)
-                                     for p in peers])
+                                     for p in peers], times)
         for stage, (peers, _) in enumerate(gathered):
             _emit_sync(c, step, stage, "allreduce", len(peers), sums[stage])
     else:
         gather(c, "local_step", [(p, (g, n, step)) for peers, taken in gathered for p, (g, n) in zip(peers, taken)
-                                 if n > 0])
+                                 if n > 0], times)
         if decision.outer:
             for stage in range(c.cfg.stages):
-                _outer_step(c, step, stage, c.members.live(stage))
+                _outer_step(c, step, stage, c.members.live(stage), times)
     if decision.switch_to is not None:
         for stage in range(c.cfg.stages):
-            _switch(c, c.members.live(stage), decision.switch_to)
+            _switch(c, c.members.live(stage), decision.switch_to, times)
     # 6. commit
-    _commit(c, step, [sum(n for _, n in taken) for _, taken in gathered])
+    _commit(c, step, [sum(n for _, n in taken) for _, taken in gathered], times)
 
 
-def gather(c: Coordinator, method: str, calls: list[tuple[PeerHandle, tuple]]) -> list[Any]:
+def gather(c: Coordinator, method: str, calls: list[tuple[PeerHandle, tuple]], times: BoundaryTimes) -> list[Any]:
     """Call `method` on each peer with its arguments, all at once; evict a peer that fails or
-    exceeds `peer_timeout`, leaving None in its place."""
+    exceeds `peer_timeout`, leaving None in its place; counts its seconds in `times`."""
+    start = time.perf_counter()
     futures = [(p, p.call(method, *args)) for p, args in calls]
     results = []
     for p, f in futures:
@@ -78,16 +107,17 @@ def gather(c: Coordinator, method: str, calls: list[tuple[PeerHandle, tuple]]) -
         except Exception as exc:
             c.members.evict(p.name, f"{method} failed at the step boundary: {type(exc).__name__}: {exc}")
             results.append(None)
+    times.add(method, start, [f for _, f in futures])
     return results
 
 
-def gather_gradients(c: Coordinator) -> Gathered | None:
+def gather_gradients(c: Coordinator, times: BoundaryTimes) -> Gathered | None:
     """Every stage's live peers and their gradient sums, checked against the ledger's credits;
     None if a peer had to be evicted. A peer holding more samples than credited is evicted only
     when a trainer died mid-microbatch since the last step (its request may have accumulated
     with no credit ever coming); otherwise the accounting broke, and the run stops loudly."""
     peers = [c.members.live(stage) for stage in range(c.cfg.stages)]
-    taken = gather(c, "gradients", [(p, ()) for stage_peers in peers for p in stage_peers])
+    taken = gather(c, "gradients", [(p, ()) for stage_peers in peers for p in stage_peers], times)
     if any(t is None for t in taken):
         return None
     gathered, orphaned, rest = [], [], iter(taken)
@@ -113,20 +143,23 @@ def gather_gradients(c: Coordinator) -> Gathered | None:
     return gathered
 
 
-def _outer_step(c: Coordinator, step: int, stage: int, peers: list[PeerHandle]) -> None:
+def _outer_step(c: Coordinator, step: int, stage: int, peers: list[PeerHandle], times: BoundaryTimes) -> None:
     """DiLoCo: average the peers' pseudo-gradients, weighted by samples, and step every peer."""
-    pairs = [(p, r) for p, r in zip(peers, gather(c, "pseudo_gradient", [(p, ()) for p in peers])) if r is not None]
+    pairs = [(p, r) for p, r in zip(peers, gather(c, "pseudo_gradient", [(p, ()) for p in peers], times))
+             if r is not None]
+    start = time.perf_counter()
     delta = weighted_average({p.name: d for p, (d, _) in pairs}, {p.name: n for p, (_, n) in pairs})
-    gather(c, "outer_step", [(p, (delta,)) for p, _ in pairs])
+    times.add("average", start)
+    gather(c, "outer_step", [(p, (delta,)) for p, _ in pairs], times)
     _emit_sync(c, step, stage, "diloco", len(pairs), delta)
 
 
-def _switch(c: Coordinator, peers: list[PeerHandle], sync: SyncConfig) -> None:
+def _switch(c: Coordinator, peers: list[PeerHandle], sync: SyncConfig, times: BoundaryTimes) -> None:
     """Change every peer of a stage to `sync`'s mode (DiLoCo starts from the current parameters)."""
     if sync.mode == "diloco":
-        gather(c, "enter_diloco", [(p, (sync,)) for p in peers])
+        gather(c, "enter_diloco", [(p, (sync,)) for p in peers], times)
     else:
-        gather(c, "leave_diloco", [(p, ()) for p in peers])
+        gather(c, "leave_diloco", [(p, ()) for p in peers], times)
 
 
 def _emit_sync(c: Coordinator, step: int, stage: int, kind: str, peers: int, tensors: list[Any]) -> None:
@@ -135,11 +168,11 @@ def _emit_sync(c: Coordinator, step: int, stage: int, kind: str, peers: int, ten
     c.emit(events.sync(c.clock(), step=step + 1, stage=stage, kind=kind, peers=peers, nbytes=2 * size * peers))
 
 
-def _commit(c: Coordinator, step: int, stage_samples: list[int]) -> None:
+def _commit(c: Coordinator, step: int, stage_samples: list[int], times: BoundaryTimes) -> None:
     """Record the stages' new states, re-cut if asked, advance the ledger, emit, evaluate; a step
     whose loss or new parameters are not finite is not committed: the run has diverged."""
     loss = c.ledger.loss()
-    states = _new_states(c) if math.isfinite(loss) else {}
+    states = _new_states(c, times) if math.isfinite(loss) else {}
     divergence = _divergence(step, loss, states)
     if divergence is not None:
         _diverged(c, step, divergence)
@@ -152,7 +185,8 @@ def _commit(c: Coordinator, step: int, stage_samples: list[int]) -> None:
     c.ledger.advance()
     now = c.clock()
     c.emit(events.step(now, step=step + 1, loss=c.last_loss, samples=c.cfg.global_batch,
-                       tokens=c.cfg.global_batch * c.cfg.model.seq_len) | {"stage_samples": stage_samples})
+                       tokens=c.cfg.global_batch * c.cfg.model.seq_len) | {"stage_samples": stage_samples,
+                                                                           "boundary": times.report()})
     for p in sorted(c.members.peers.values(), key=lambda p: p.name):
         c.emit(events.peer(now, peer=p.name, stage=p.stage, state="alive", queue=p.queue_length))
     for hook in c.step_hooks:
@@ -171,13 +205,13 @@ def _commit(c: Coordinator, step: int, stage_samples: list[int]) -> None:
         c.stop()
 
 
-def _new_states(c: Coordinator) -> dict[int, dict[str, Any]]:
+def _new_states(c: Coordinator, times: BoundaryTimes) -> dict[int, dict[str, Any]]:
     """Each stage's state after the step, copied from its first live peer (a stage without one,
     or whose peer fails now, keeps the state committed before)."""
     firsts = [c.members.live(stage)[:1] for stage in range(c.cfg.stages)]
     for p in c.members.peers.values():
         p.call("drop_stash")  # activations of abandoned attempts
-    taken = iter(gather(c, "state", [(first[0], ()) for first in firsts if first]))
+    taken = iter(gather(c, "state", [(first[0], ()) for first in firsts if first], times))
     states = {}
     for stage, first in enumerate(firsts):
         state = next(taken) if first else None

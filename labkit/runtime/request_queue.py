@@ -3,16 +3,24 @@
 A caller puts `fn(*args)` on the queue and gets a `concurrent.futures.Future`; the server's
 thread runs requests one at a time, in order. A crash (`kill`) drops what is queued; a clean
 `close` serves what is queued first. Either way, later requests fail at once with the server's
-death error, so no caller waits on a server that will never answer.
+death error, so no caller waits on a server that will never answer. A served request's future
+carries `timing`: the seconds it waited on the queue and ran (where a hop's time goes).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
+
+
+def timing(future: Future) -> dict[str, float]:
+    """Where a served request's seconds went: {"queue": waiting for the server's thread,
+    "compute": running}, plus the transport's own parts (a remote peer's); {} when not measured."""
+    return getattr(future, "timing", {})
 
 
 class RequestQueue:
@@ -20,7 +28,7 @@ class RequestQueue:
 
     def __init__(self, name: str, died: Callable[[], Exception]) -> None:
         self._died = died
-        self._requests: queue.Queue[tuple[Callable[..., Any], tuple, Future] | None] = queue.Queue()
+        self._requests: queue.Queue[tuple[Callable[..., Any], tuple, Future, float] | None] = queue.Queue()
         self._alive = True
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
@@ -32,14 +40,16 @@ class RequestQueue:
                 if item is not None:
                     self._fail(item[2])
                 break
-            fn, args, future = item
+            fn, args, future, queued = item
             if not future.set_running_or_notify_cancel():
                 continue
+            started = time.perf_counter()
             try:
                 result = fn(*args)
             except BaseException as exc:  # the caller sees the failure (a trainer reroutes)
                 future.set_exception(exc)
             else:
+                future.timing = {"queue": started - queued, "compute": time.perf_counter() - started}
                 if self._alive:
                     future.set_result(result)
                 else:
@@ -72,7 +82,7 @@ class RequestQueue:
         if not self._alive:
             future.set_exception(self._died())
             return future
-        self._requests.put((fn, args, future))
+        self._requests.put((fn, args, future, time.perf_counter()))
         if not self._alive:  # killed between the check and the put: the thread may have drained already
             self._fail_queued()
         return future

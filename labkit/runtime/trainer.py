@@ -21,6 +21,7 @@ from labkit.config import RunConfig
 from labkit.data import WindowSampler
 from labkit.runtime.peer import PeerDied
 from labkit.runtime.ports import Directory, WorkSource
+from labkit.runtime.request_queue import timing
 from labkit.swarm.ledger import Task
 from labkit.swarm.routing import Router
 from labkit.wire import Encoded
@@ -134,7 +135,8 @@ class Trainer:
             sent = sum(_nbytes(a) for a in args)
             received = sum(_nbytes(r) for r in (result if isinstance(result, tuple) else (result,)))
             self.work.emit(events.hop(self.work.clock(), trainer=self.name, stage=stage, peer=target, direction=direction,
-                                       nbytes=sent + received, seconds=seconds, microbatch=task.microbatch))
+                                       nbytes=sent + received, seconds=seconds, microbatch=task.microbatch,
+                                       timing=timing(future)))
             return target, result
 
     def _run(self, task: Task, credits: dict[int, str], outcome: dict[str, float]) -> None:

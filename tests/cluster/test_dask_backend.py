@@ -87,6 +87,10 @@ def test_embedded_cluster_trains_with_falling_loss(small_run: RunConfig, tmp_pat
     assert_exact_accounting(run, cfg)
     hops = run.events.history("hop")
     assert {h["peer"] for h in hops} == {"s0p0", "s0p1", "s1p0", "s1p1"}
+    parts = [h["timing"] for h in hops]  # where each hop's seconds went (benchmarks/step_breakdown.py)
+    assert all(set(p) == {"queue", "compute", "dispatch", "request", "served", "reply"} for p in parts)
+    assert all(p["served"] >= p["queue"] + p["compute"] - 1e-3 for p in parts)
+    assert all(p["dispatch"] + p["request"] + p["served"] + p["reply"] <= h["seconds"] + 1e-3 for p, h in zip(parts, hops))
     assert {"events.jsonl", "summary.json", "checkpoint.pt", "config.json"} <= {p.name for p in tmp_path.iterdir()}
     assert run.dashboard_link and run.dashboard_link.startswith("http://127.0.0.1:")
 

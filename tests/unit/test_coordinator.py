@@ -92,6 +92,9 @@ def test_diloco_outer_step_averages_pseudo_gradients_weighted_by_samples() -> No
         method, delta = peers.made[name].applied[-1]
         assert method == "outer_step" and torch.equal(delta[0], torch.tensor([3.0, 2.0]))  # 0.75 * a + 0.25 * b
     assert [(e["stage"], e["kind"], e["peers"]) for e in log.history("sync")] == [(0, "diloco", 2), (1, "diloco", 2)]
+    boundary = log.history("step")[0]["boundary"]
+    assert set(boundary["seconds"]) == {"gradients", "local_step", "pseudo_gradient", "average", "outer_step", "state"}
+    assert boundary["total"] >= sum(boundary["seconds"].values()) and boundary["peer_seconds"] == {}  # fakes: unmeasured
 
 
 def test_verbs_after_the_run_ended_are_refused_with_one_clear_error() -> None:

@@ -24,6 +24,7 @@ from labkit.backends.dask.remote import START_TIMEOUT
 from labkit.config import RunConfig
 from labkit.model.assembly import stage_module
 from labkit.runtime.peer import StagePeer
+from labkit.runtime.request_queue import timing
 
 DATA_REQUESTS = ("forward", "backward", "loss")  # what the throughput EMA measures
 EMA_GAMMA = 0.9
@@ -74,7 +75,7 @@ class PeerActor:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         if source is not None:
-            state = peer_actor(*source).call("state").result()
+            state, _ = peer_actor(*source).call("state").result()
         device = "cuda" if gpu_worker() and torch.cuda.is_available() else "cpu"
         self.peer = StagePeer(name, stage, stage_module(cfg, stage, state["params"]), cfg, device)
         self.peer.load_state(state)
@@ -97,14 +98,18 @@ class PeerActor:
         """Whether the peer still serves (a stopped actor is kept a while for stale callers)."""
         return not self._stopped.is_set()
 
-    async def call(self, method: str, *args: Any) -> Any:
-        """Run one request on the peer's thread (queued behind the others) and return its result."""
-        start = time.perf_counter()
-        result = await asyncio.wrap_future(self.peer.call(method, *args))
+    async def call(self, method: str, *args: Any) -> tuple[Any, dict[str, float]]:
+        """Run one request on the peer's thread (queued behind the others); return its result and
+        where its time went here: `timing`'s queue and compute, and the wall-clock times the
+        request arrived and its reply left (the caller splits the rest into request and reply)."""
+        arrived, start = time.time(), time.perf_counter()
+        served = self.peer.call(method, *args)
+        result = await asyncio.wrap_future(served)
         if method in DATA_REQUESTS:
             seconds = time.perf_counter() - start
             self._ema = seconds if not self._ema else EMA_GAMMA * self._ema + (1 - EMA_GAMMA) * seconds
-        return result if self.peer.device.type == "cpu" else _to_host(result)
+        result = result if self.peer.device.type == "cpu" else _to_host(result)
+        return result, {**timing(served), "arrived": arrived, "left": time.time()}
 
     async def stop(self, crash: bool) -> None:
         """Leave the swarm: crash (drop everything at once, as a crash would; the coordinator

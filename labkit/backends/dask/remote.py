@@ -9,6 +9,7 @@ the peer last published to the DHT.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import Any
@@ -61,15 +62,25 @@ class RemotePeer:
                 out.set_exception(PeerDied(self.name))
                 return out
             self._waiting.add(out)
-        _CALLS.submit(self._send, out, method, args)
+        _CALLS.submit(self._send, out, method, args, time.perf_counter())
         return out
 
-    def _send(self, out: Future, method: str, args: tuple) -> None:
+    def _send(self, out: Future, method: str, args: tuple, submitted: float) -> None:
+        """Make the actor call; `out.timing` adds to the peer's queue and compute the seconds
+        this process waited for a call thread ("dispatch"), the request took to reach the actor
+        ("request": serialization, the wire, the worker's event loop), the actor held it
+        ("served") and its reply took back ("reply"). Request and reply compare wall clocks of
+        two processes: exact on one host, shifted by the clock offset across hosts."""
         try:
-            result = self.actor.call(method, *args).result()
+            dispatch, sent = time.perf_counter() - submitted, time.time()
+            result, served = self.actor.call(method, *args).result()
+            received = time.time()
         except Exception as exc:
             _settle(out, exc=exc)
         else:
+            arrived, left = served.pop("arrived"), served.pop("left")
+            out.timing = {**served, "dispatch": dispatch, "request": arrived - sent, "served": left - arrived,
+                          "reply": received - left}
             _settle(out, result=result)
         finally:
             with self._lock:
