@@ -242,6 +242,7 @@ class RunConfig:
     threads: int = 1  # torch intra-op threads (process-wide); peers already run in parallel; 0 = torch default
     executor: str = "swarm"  # "swarm" (a pipeline of stages) or "atom" (replicas swapping sub-models; stage fields unused)
     atom: AtomConfig = field(default_factory=AtomConfig)  # the ATOM executor's replicas, budget and C
+    links: str | None = None  # a `labkit simulate` scenario file whose links every trainer-peer request crosses; None = direct
 
     def __post_init__(self) -> None:
         o = "RunConfig"
@@ -299,6 +300,8 @@ class RunConfig:
         _check(_is_int(self.threads) and self.threads >= 0, o, "threads", self.threads, "an integer >= 0")
         _check(self.executor in EXECUTORS, o, "executor", self.executor, f"one of {list(EXECUTORS)}")
         _check(isinstance(self.atom, AtomConfig), o, "atom", self.atom, "an AtomConfig")
+        _check(self.links is None or (isinstance(self.links, str) and self.links != ""), o, "links", self.links,
+               "None or the path of a scenario file (regions, links, and where each stage's peers sit)")
         if self.executor == "atom":  # whole-model replicas: no stages, so none of the stage-wise knobs
             _check(not self.model.share_layers, o, "executor", self.executor,
                    "'swarm' when model.share_layers is set (ATOM swaps the blocks of a whole model, none shared)")
@@ -307,6 +310,7 @@ class RunConfig:
             _check(not self.delayed_updates, o, "delayed_updates", self.delayed_updates, "False with executor='atom'")
             _check(self.compression.boundary == "none", o, "compression", self.compression,
                    "boundary='none' with executor='atom' (no stage boundaries to compress)")
+            _check(self.links is None, o, "links", self.links, "None with executor='atom' (no trainer-peer requests)")
         if self.layer_split is None:
             object.__setattr__(self, "layer_split", even_split(self.model.n_layer, self.stages))
 

@@ -16,10 +16,12 @@ PEER_STATES = ("joined", "alive", "banned", "killed", "moved", "left")
 RUN_STATES = ("started", "paused", "resumed", "finished", "stopped", "diverged", "failed")
 
 
-def hop(t: float, *, trainer: str, stage: int, peer: str, direction: str, nbytes: int, seconds: float, microbatch: int) -> Event:
-    """One microbatch crossing one stage: `nbytes` sent to the peer plus received back."""
+def hop(t: float, *, trainer: str, stage: int, peer: str, direction: str, nbytes: int, seconds: float, microbatch: int,
+        link_seconds: float = 0.0) -> Event:
+    """One microbatch crossing one stage: `nbytes` sent to the peer plus received back, in
+    `seconds` of which `link_seconds` were the network's (emulated or simulated; 0 when direct)."""
     return {"type": "hop", "t": t, "trainer": trainer, "stage": stage, "peer": peer, "direction": direction,
-            "bytes": int(nbytes), "seconds": seconds, "microbatch": microbatch}
+            "bytes": int(nbytes), "seconds": seconds, "microbatch": microbatch, "link_seconds": link_seconds}
 
 
 def step(t: float, *, step: int, loss: float, samples: int, tokens: int) -> Event:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from labkit.config import RunConfig
 from labkit.runtime.handle import RunHandle
+from labkit.runtime.links import load_links
 
 BACKENDS = {
     "inprocess": "labkit.backends.inprocess:launch",
@@ -50,5 +51,6 @@ def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | No
     if config.executor == "atom" and backend == "dask" and config.atom.device != "cpu":
         raise ValueError(f"atom.device={config.atom.device!r} is not allowed with backend='dask': 'cpu' (on Dask "
                          f"each replica computes on its worker's GPU when the worker has one, as SWARM peers do)")
+    load_links(config)  # a bad scenario file fails here, naming what is wrong, before anything starts
     module, name = (ATOM_BACKENDS if config.executor == "atom" else BACKENDS)[backend].split(":")
     return getattr(importlib.import_module(module), name)(config, **options)

@@ -182,7 +182,8 @@ def _hop_and_step_events(s: SimScenario, w: World, sw: _Swarm) -> list[events.Ev
     n = min(int(hop_box[0]), len(hop_t))
     out = [events.hop(float(hop_t[j]), trainer=f"trainer-{hop_slot[j] // s.window}", stage=int(hop_stage[j]),
                       peer=w.names[hop_peer[j]], direction=events.DIRECTIONS[hop_dir[j]],
-                      nbytes=int(w.activation_bytes), seconds=float(hop_sec[j]), microbatch=int(hop_mb[j]))
+                      nbytes=int(w.activation_bytes), seconds=float(hop_sec[j]), microbatch=int(hop_mb[j]),
+                      link_seconds=float(w.hop_seconds[hop_peer[j]]))
            for j in range(n)]
     step_t, step_box = sw.out[3], sw.out[4]
     samples = w.group * s.microbatch
