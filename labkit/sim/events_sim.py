@@ -169,10 +169,15 @@ def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 20
 
 
 def _spread(bins: np.ndarray, rate: float, a: float, b: float, width: float) -> None:
-    """Add rate x time over [a, b) into fixed-width bins."""
+    """Add rate x time over [a, b) into fixed-width bins; the last bin takes whatever is past it.
+    A boundary `a` that `a / width` rounds to just below its bin index counts in the next bin, so
+    rounding can never leave the loop without progress."""
+    last = len(bins) - 1
     while a < b:
-        k = min(int(a / width), len(bins) - 1)
-        e = min(b, (k + 1) * width)
+        k = min(int(a / width), last)
+        if k < last and (k + 1) * width <= a:
+            k += 1
+        e = b if k == last else min(b, (k + 1) * width)
         bins[k] += rate * (e - a)
         a = e
 
