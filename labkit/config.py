@@ -275,6 +275,7 @@ class RunConfig:
     # unused) or "taskpool" (seed 002: servers and clients per stage, a task pool; peers are the clients)
     atom: AtomConfig = field(default_factory=AtomConfig)  # the ATOM executor's replicas, budget and C
     taskpool: TaskPoolConfig = field(default_factory=TaskPoolConfig)  # the task-pool executor's servers and deadlines
+    links: str | None = None  # a `labkit simulate` scenario file whose links every trainer-peer request crosses; None = direct
 
     def __post_init__(self) -> None:
         o = "RunConfig"
@@ -342,6 +343,10 @@ class RunConfig:
                    "SyncConfig(mode='allreduce') with executor='taskpool' (the servers aggregate every pass)")
             _check(self.compression.boundary == "none", o, "compression", self.compression,
                    "boundary='none' with executor='taskpool' (slices cross stages as they are)")
+            _check(self.links is None, o, "links", self.links,
+                   "None with executor='taskpool' (its servers and clients talk directly; no trainer-peer requests)")
+        _check(self.links is None or (isinstance(self.links, str) and self.links != ""), o, "links", self.links,
+               "None or the path of a scenario file (regions, links, and where each stage's peers sit)")
         if self.executor == "atom":  # whole-model replicas: no stages, so none of the stage-wise knobs
             _check(not self.model.share_layers, o, "executor", self.executor,
                    "'swarm' when model.share_layers is set (ATOM swaps the blocks of a whole model, none shared)")
@@ -350,6 +355,7 @@ class RunConfig:
             _check(not self.delayed_updates, o, "delayed_updates", self.delayed_updates, "False with executor='atom'")
             _check(self.compression.boundary == "none", o, "compression", self.compression,
                    "boundary='none' with executor='atom' (no stage boundaries to compress)")
+            _check(self.links is None, o, "links", self.links, "None with executor='atom' (no trainer-peer requests)")
         if self.layer_split is None:
             object.__setattr__(self, "layer_split", even_split(self.model.n_layer, self.stages))
 

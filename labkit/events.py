@@ -17,12 +17,14 @@ RUN_STATES = ("started", "paused", "resumed", "finished", "stopped", "diverged",
 
 
 def hop(t: float, *, trainer: str, stage: int, peer: str, direction: str, nbytes: int, seconds: float, microbatch: int,
-        timing: dict[str, float] | None = None) -> Event:
+        timing: dict[str, float] | None = None, link_seconds: float = 0.0) -> Event:
     """One microbatch crossing one stage: `nbytes` sent to the peer plus received back, in `seconds`
     of which `timing` says where they went when measured (labkit.runtime.request_queue.timing:
-    the peer's queue and compute; over Dask also dispatch, request, served, reply)."""
+    the peer's queue and compute; over Dask also dispatch, request, served, reply) and
+    `link_seconds` were the network's (emulated or simulated; 0 when direct)."""
     return {"type": "hop", "t": t, "trainer": trainer, "stage": stage, "peer": peer, "direction": direction,
-            "bytes": int(nbytes), "seconds": seconds, "microbatch": microbatch, "timing": timing or {}}
+            "bytes": int(nbytes), "seconds": seconds, "microbatch": microbatch, "timing": timing or {},
+            "link_seconds": link_seconds}
 
 
 def step(t: float, *, step: int, loss: float, samples: int, tokens: int) -> Event:

@@ -91,6 +91,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="taskpool: a task is overdue after grace + slack x its expected compute time")
     p.add_argument("--grace", type=float, default=pool.grace, help="taskpool: seconds added to every task's deadline")
     p.add_argument("--threads", type=int, default=defaults.threads, help="torch threads (0: torch's default)")
+    p.add_argument("--links", default=None, metavar="SCENARIO_JSON",
+                   help="emulate a `labkit simulate` scenario's internet links between trainers and peers")
     p.add_argument("--plan", type=Path, default=None, metavar="PLAN_JSON",
                    help="follow a plan from `labkit plan`: its stages, devices as peers (at most --max-peers each) and layer split")
     p.add_argument("--max-peers", type=int_in(1, MAX_PEERS_PER_STAGE, "each is a thread here"), default=4,
@@ -119,7 +121,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         seed=args.seed, threads=args.threads, rebalance_period=args.rebalance_period,
         sync=SyncConfig(mode=args.sync, inner_steps=args.inner_steps, outer_lr=args.outer_lr,
                         outer_momentum=args.outer_momentum, inner_state=args.inner_state),
-        executor=args.executor,
+        executor=args.executor, links=args.links,
         atom=AtomConfig(replicas=args.replicas, budget_mb=args.budget_mb, accumulation=args.accumulation,
                         device=args.device, prefetch=not args.no_prefetch),
         taskpool=TaskPoolConfig(frontal=args.frontal, backward=args.backward, slack=args.slack, grace=args.grace),

@@ -139,10 +139,13 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
 @njit(cache=True)
 def _book(busy, s, start, seconds, bin_seconds):
     """Add compute [start, start + seconds) of stage s to the bins it spans; time past the last bin
-    (work queued beyond the end of the run) is not booked."""
+    (work queued beyond the end of the run) is not booked. A bin edge that `a / bin_seconds`
+    rounds to just below its index counts in the next bin, so the loop always progresses."""
     a, end = start, start + seconds
     while a < end:
         b = int(a / bin_seconds)
+        if (b + 1) * bin_seconds <= a:
+            b += 1
         if b >= busy.shape[0]:
             return
         e = min(end, (b + 1) * bin_seconds)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from labkit.config import RunConfig
 from labkit.runtime.handle import RunHandle
+from labkit.runtime.links import load_links
 
 BACKENDS = {
     "inprocess": "labkit.backends.inprocess:launch",
@@ -64,6 +65,7 @@ def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | No
                          f"a scheduler address needs backend='dask'")
     if refusal := backend_refusal(config, backend):
         raise ValueError(refusal)
+    load_links(config)  # a bad scenario file fails here, naming what is wrong, before anything starts
     registry = {"atom": ATOM_BACKENDS, "taskpool": TASKPOOL_BACKENDS}.get(config.executor, BACKENDS)
     module, name = registry[backend].split(":")
     return getattr(importlib.import_module(module), name)(config, **options)

@@ -4,7 +4,8 @@ Trainers hold no parameters. For each stage a trainer asks its own `Router` (SWA
 for a peer, sends the activations, and measures the response time into the router's EMA. A fault
 or timeout bans the peer and the hop is retried on another peer of the same stage. Backward
 retraces the forward's peers in reverse; if one of them is gone, the attempt ends and the ledger
-keeps the stages already credited, so only the missing ones are recomputed.
+keeps the stages already credited, so only the missing ones are recomputed. With `cfg.links`,
+every request and reply crosses an emulated internet link (labkit/runtime/links.py).
 """
 
 from __future__ import annotations
@@ -14,17 +15,15 @@ import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-import torch
-
 from labkit import events
 from labkit.config import RunConfig
 from labkit.data import WindowSampler
+from labkit.runtime.links import TrainerLinks, load_links, payload_bytes
 from labkit.runtime.peer import PeerDied
 from labkit.runtime.ports import Directory, WorkSource
 from labkit.runtime.request_queue import timing
 from labkit.swarm.ledger import Task
 from labkit.swarm.routing import Router
-from labkit.wire import Encoded
 
 
 class StageEmpty(RuntimeError):
@@ -39,13 +38,6 @@ class AttemptFailed(RuntimeError):
     """A peer on the backward path is gone; the attempt stops with partial credits."""
 
 
-def _nbytes(x: Any) -> int:
-    """Bytes `x` puts on the wire: a codec's exact payload, or a raw tensor's data (token ids)."""
-    if isinstance(x, Encoded):
-        return x.nbytes
-    return x.numel() * x.element_size() if isinstance(x, torch.Tensor) else 0
-
-
 class Trainer:
     """One trainer thread: takes work from `work`, finds peers in `directory`, and samples its
     microbatches itself (counter-based, so any trainer draws the same samples for a task)."""
@@ -55,6 +47,8 @@ class Trainer:
         self.loss_scale = 1.0 / (cfg.model.seq_len * cfg.global_batch)  # a step's loss is a mean over its tokens
         self.codec = cfg.compression.codec  # the wire codec in force, handed out with each task
         self.router = Router(gamma=cfg.gamma)
+        scenario = load_links(cfg)
+        self.links = None if scenario is None else TrainerLinks(scenario, name)  # emulated internet links, if any
         self._seen: dict[str, tuple[int, int]] = {}  # peer -> (stage, announce epoch) last synced
         self.thread = threading.Thread(target=self._loop, name=f"trainer-{name}", daemon=True)
 
@@ -111,7 +105,12 @@ class Trainer:
                     raise StageEmpty(stage)
             server = self.directory.peer(target)
             start = time.perf_counter()
-            future = None if server is None else server.call(method, task.attempt, *args)
+            if server is None:
+                future = None
+            elif self.links is None:
+                future = server.call(method, task.attempt, *args)
+            else:
+                future = self.links.link(target).call(server, method, task.attempt, *args)
             try:
                 if future is None:
                     raise LookupError(target)
@@ -132,11 +131,10 @@ class Trainer:
                 continue
             seconds = time.perf_counter() - start
             self.router.report(target, seconds)
-            sent = sum(_nbytes(a) for a in args)
-            received = sum(_nbytes(r) for r in (result if isinstance(result, tuple) else (result,)))
             self.work.emit(events.hop(self.work.clock(), trainer=self.name, stage=stage, peer=target, direction=direction,
-                                       nbytes=sent + received, seconds=seconds, microbatch=task.microbatch,
-                                       timing=timing(future)))
+                                       nbytes=payload_bytes(args) + payload_bytes(result), seconds=seconds,
+                                       microbatch=task.microbatch, timing=timing(future),
+                                       link_seconds=future.link_seconds if self.links else 0.0))
             return target, result
 
     def _run(self, task: Task, credits: dict[int, str], outcome: dict[str, float]) -> None:

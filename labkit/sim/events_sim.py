@@ -169,10 +169,15 @@ def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 20
 
 
 def _spread(bins: np.ndarray, rate: float, a: float, b: float, width: float) -> None:
-    """Add rate x time over [a, b) into fixed-width bins."""
+    """Add rate x time over [a, b) into fixed-width bins; the last bin takes whatever is past it.
+    A boundary `a` that `a / width` rounds to just below its bin index counts in the next bin, so
+    rounding can never leave the loop without progress."""
+    last = len(bins) - 1
     while a < b:
-        k = min(int(a / width), len(bins) - 1)
-        e = min(b, (k + 1) * width)
+        k = min(int(a / width), last)
+        if k < last and (k + 1) * width <= a:
+            k += 1
+        e = b if k == last else min(b, (k + 1) * width)
         bins[k] += rate * (e - a)
         a = e
 
@@ -182,7 +187,8 @@ def _hop_and_step_events(s: SimScenario, w: World, sw: _Swarm) -> list[events.Ev
     n = min(int(hop_box[0]), len(hop_t))
     out = [events.hop(float(hop_t[j]), trainer=f"trainer-{hop_slot[j] // s.window}", stage=int(hop_stage[j]),
                       peer=w.names[hop_peer[j]], direction=events.DIRECTIONS[hop_dir[j]],
-                      nbytes=int(w.activation_bytes), seconds=float(hop_sec[j]), microbatch=int(hop_mb[j]))
+                      nbytes=int(w.activation_bytes), seconds=float(hop_sec[j]), microbatch=int(hop_mb[j]),
+                      link_seconds=float(w.hop_seconds[hop_peer[j]]))
            for j in range(n)]
     step_t, step_box = sw.out[3], sw.out[4]
     samples = w.group * s.microbatch

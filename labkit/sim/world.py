@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.sim.hardware import DEVICES, stage_costs
+from labkit.sim.links import join_group, region_link
 from labkit.sim.scenario import SimScenario
 
 ADAM_STATE_BYTES = 12.0  # fp32 parameters + two Adam moments: what a migrating peer downloads
@@ -47,29 +48,21 @@ class World:
         return self.hop_rtt + self.activation_bytes / self.hop_bytes_s
 
 
-def _link(s: SimScenario, a: str, b: str) -> tuple[float, float]:
-    """(rtt seconds, bytes per second) between regions a and b."""
-    for k in s.links:
-        if {k.a, k.b} == {a, b}:
-            return k.rtt_ms / 1e3, k.bandwidth_mbps * 1e6 / 8.0
-    return s.rtt_ms / 1e3, s.bandwidth_mbps * 1e6 / 8.0
-
-
 def build_world(s: SimScenario) -> World:
     """Compile a scenario: initial peers in group order, then one slot per join of the trace."""
     costs = stage_costs(model=s.model, stages=s.stages, microbatch=s.microbatch, seq_len=s.seq_len,
                         checkpointing=s.checkpointing, compression=s.compression, split=s.layer_split)
     trace = s.events_trace()
     joins = sum(d for _, d in trace if d > 0)
-    join_group = next((g for g in s.peers if g.device == s.join_device), s.peers[0])
+    joiner = join_group(s)
     groups = [(g.device, g.region, g.stage) for g in s.peers for _ in range(g.count)]
-    groups += [(s.join_device or join_group.device, join_group.region, -1)] * joins
+    groups += [(s.join_device or joiner.device, joiner.region, -1)] * joins
     devices = [d for d, _, _ in groups]
     rate = np.array([DEVICES[d][0] * 1e12 * s.efficiency for d in devices])  # FLOP/s achieved
     overhead = np.array(costs.blocks) * s.overhead_ms / 1e3
     fwd = np.array(costs.fwd_flops)[None, :] / rate[:, None] + overhead[None, :]
     bwd = np.array(costs.bwd_flops)[None, :] / rate[:, None] + overhead[None, :]
-    links = [_link(s, s.trainer_region, r) for _, r, _ in groups]
+    links = [region_link(s, s.trainer_region, r) for _, r, _ in groups]
     rtt0, bw0 = s.rtt_ms / 1e3, s.bandwidth_mbps * 1e6 / 8.0
     rng = np.random.default_rng([s.seed, 1])
     unit = [(t, 1 if d > 0 else -1) for t, d in trace for _ in range(abs(d))]

@@ -50,3 +50,16 @@ def test_event_kernel_matches_plain_python(chunks: float):
     np.testing.assert_allclose(a.ema, b.ema, rtol=1e-12)
     np.testing.assert_array_equal(a.hops[3], b.hops[3])
     np.testing.assert_allclose(a.work, b.work)
+
+
+def test_booking_compute_across_bins_of_an_inexact_width_ends() -> None:
+    """Bin edges that `a / width` rounds to just below their index (here 6.8233.../20) neither
+    stall the kernel nor lose time (the hang of a sim_vs_real run)."""
+    from labkit.kernels.eventsim import _book
+
+    width = 6.823352172999876 / 20
+    busy, a = np.zeros((20, 1)), 0.0
+    for k in range(1, 21):
+        _book(busy, 0, a, k * width - a, width)
+        a = k * width
+    assert busy.sum() == pytest.approx(a)

@@ -129,3 +129,17 @@ def test_percent_of_optimal_is_work_over_optimal_on_given_arrays() -> None:
     assert percent_of_optimal(r) == pytest.approx(100 * 10 / 20)
     assert percent_of_optimal(r, 10.0, 30.0) == pytest.approx(100 * 5 / 8)
     assert percent_of_optimal(r, 30.0) == pytest.approx(100 * 4 / 8)
+
+
+def test_spreading_time_over_bins_of_an_inexact_width_ends() -> None:
+    """Bin edges that `a / width` rounds to just below their index (here 6.8233.../20) neither
+    stall the loop nor lose time: every second lands in some bin."""
+    from labkit.sim.events_sim import _spread
+
+    duration = 6.823352172999876
+    bins, width, a = np.zeros(20), duration / 20, 0.0
+    for k in range(1, 21):
+        _spread(bins, 1.0, a, k * width, width)
+        a = k * width
+    _spread(bins, 1.0, a, duration, width)
+    assert bins.sum() == pytest.approx(duration)

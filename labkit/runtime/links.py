@@ -1,0 +1,169 @@
+"""Emulated internet links between a trainer and the peers it calls, on either backend.
+
+`RunConfig.links` names a `labkit simulate` scenario file; its regions and links are the network
+(labkit/sim/links.py reads it for the simulator too). Trainers sit in the scenario's
+`trainer_region`; peer `s{s}p{k}` in the region of the k-th initial peer of stage s (groups in
+file order), and peers added mid-run where the simulator's joiners sit. Each (trainer, peer) pair
+is one link with a token bucket per direction: a request leaves after half the round trip plus
+its bytes through the up bucket, and its reply arrives half a round trip plus its bytes through
+the down bucket after the peer answers. The trainer's hop events carry those seconds
+(`link_seconds`). Links are not shared between trainers, as in the simulator.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from typing import Any
+
+import torch
+
+from labkit.config import ConfigError, RunConfig
+from labkit.runtime.ports import PeerHandle
+from labkit.sim.links import TokenBucket, join_group, region_link, stage_regions
+from labkit.sim.scenario import SimScenario
+from labkit.wire import Encoded
+
+_PEER_NAME = re.compile(r"s(\d+)p(\d+)")
+
+
+def payload_bytes(value: Any) -> int:
+    """Bytes `value` puts on the wire: a codec's exact payload, a raw tensor's data (token ids),
+    the sum over a tuple (a request's arguments, a reply's parts); 0 for anything else."""
+    if isinstance(value, tuple):
+        return sum(payload_bytes(v) for v in value)
+    if isinstance(value, Encoded):
+        return value.nbytes
+    return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
+
+
+def load_links(cfg: RunConfig) -> SimScenario | None:
+    """The scenario `cfg.links` names, checked against the run's shape (None without one); a
+    missing, malformed or mismatched file raises one ConfigError naming `links` and what is wrong."""
+    if cfg.links is None:
+        return None
+    try:
+        s = SimScenario.load(cfg.links)
+    except FileNotFoundError:
+        raise ConfigError("RunConfig", "links", cfg.links, "the path of an existing scenario file") from None
+    except ConfigError as exc:
+        raise ConfigError("RunConfig", "links", cfg.links, f"a valid scenario file ({exc})") from None
+    counts = tuple(len(r) for r in stage_regions(s))
+    if s.stages != cfg.stages or counts != cfg.peers_per_stage:
+        raise ConfigError("RunConfig", "links", cfg.links,
+                          f"a scenario with the run's {cfg.stages} stages of {list(cfg.peers_per_stage)} peers "
+                          f"(it places {s.stages} stages of {list(counts)} peers)")
+    return s
+
+
+class _Timers:
+    """One thread that runs callbacks at given `time.monotonic()` instants (no thread per delay)."""
+
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+        self._wake = threading.Condition()
+        threading.Thread(target=self._loop, name="labkit-links", daemon=True).start()
+
+    def at(self, when: float, fn: Callable[[], None]) -> None:
+        with self._wake:
+            heapq.heappush(self._due, (when, next(self._order), fn))
+            self._wake.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    self._wake.wait(None if not self._due else self._due[0][0] - time.monotonic())
+                _, _, fn = heapq.heappop(self._due)
+            fn()
+
+
+_TIMERS: _Timers | None = None
+_TIMERS_LOCK = threading.Lock()
+
+
+def _timers() -> _Timers:
+    global _TIMERS
+    with _TIMERS_LOCK:
+        if _TIMERS is None:
+            _TIMERS = _Timers()
+        return _TIMERS
+
+
+class LinkedFuture(Future):
+    """A request's future over an emulated link; `link_seconds` is what the link added to it
+    (latency and queueing in the token buckets, both ways), final once the future is done."""
+
+    link_seconds = 0.0
+
+
+class Link:
+    """One trainer-peer link: `rtt` seconds round trip, `rate` bytes/s each way, one bucket per direction."""
+
+    def __init__(self, rtt: float, rate: float) -> None:
+        self.latency = rtt / 2
+        self.up, self.down = TokenBucket(rate=rate), TokenBucket(rate=rate)
+        self._lock = threading.Lock()
+
+    def _delay(self, bucket: TokenBucket, nbytes: int) -> float:
+        with self._lock:
+            return self.latency + bucket.send(nbytes, time.monotonic())
+
+    def call(self, peer: PeerHandle, method: str, *args: Any) -> LinkedFuture:
+        """Send `method(*args)` to `peer` once it has crossed the link; the reply crosses back."""
+        out = LinkedFuture()
+        up = self._delay(self.up, payload_bytes(args))
+        out.link_seconds = up
+
+        def reply(answer: Future) -> None:
+            exc = answer.exception()
+            result = None if exc is not None else answer.result()
+            down = self._delay(self.down, 0 if exc is not None else payload_bytes(result))
+            out.link_seconds = up + down
+            _timers().at(time.monotonic() + down, lambda: _settle(out, result, exc))
+
+        def send() -> None:
+            if not out.cancelled():  # the trainer gave up on it meanwhile
+                peer.call(method, *args).add_done_callback(reply)
+
+        _timers().at(time.monotonic() + up, send)
+        return out
+
+
+class TrainerLinks:
+    """The links of trainer `trainer` to every peer, as `scenario` places them."""
+
+    def __init__(self, scenario: SimScenario, trainer: str) -> None:
+        self.scenario, self.trainer = scenario, trainer
+        self._regions = stage_regions(scenario)
+        self._links: dict[str, Link] = {}
+
+    def region(self, peer: str) -> str:
+        """Where peer `peer` (named `s{stage}p{k}`) sits."""
+        m = _PEER_NAME.fullmatch(peer)
+        stage, k = (int(m[1]), int(m[2])) if m else (-1, -1)
+        regions = self._regions[stage] if 0 <= stage < len(self._regions) else ()
+        return regions[k] if k < len(regions) else join_group(self.scenario).region
+
+    def link(self, peer: str) -> Link:
+        """The link to `peer` (made on first use)."""
+        if peer not in self._links:
+            self._links[peer] = Link(*region_link(self.scenario, self.scenario.trainer_region, self.region(peer)))
+        return self._links[peer]
+
+
+def _settle(out: Future, result: Any, exc: BaseException | None) -> None:
+    """Resolve `out` unless its caller cancelled it (a timed-out trainer)."""
+    try:
+        if exc is not None:
+            out.set_exception(exc)
+        else:
+            out.set_result(result)
+    except InvalidStateError:
+        pass

@@ -1,0 +1,42 @@
+"""A real run over emulated internet links: each hop is delayed by exactly what its link models,
+and stochastic wiring sends most microbatches to the near peers. Asserts on what the transport
+reports (hop events), never on wall-clock speed."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import labkit
+from labkit.config import RunConfig
+
+NEAR = (2.0, 1000.0)  # rtt ms, Mb/s
+FAR = (100.0, 5.0)
+
+
+def test_slow_links_delay_their_hops_as_modelled_and_work_shifts_to_near_peers(small_run: RunConfig,
+                                                                                tmp_path: Path) -> None:
+    scenario = {"name": "two-continents", "model": "nano", "stages": 2, "trainer_region": "eu",
+                "peers": [{"device": "T4", "count": 1, "stage": s, "region": r} for s in (0, 1) for r in ("eu", "us")],
+                "links": [{"a": "eu", "b": "eu", "rtt_ms": NEAR[0], "bandwidth_mbps": NEAR[1]},
+                          {"a": "eu", "b": "us", "rtt_ms": FAR[0], "bandwidth_mbps": FAR[1]}]}
+    path = tmp_path / "two_continents.json"
+    path.write_text(json.dumps(scenario))
+    # gamma 0.5: each trainer's router learns its peers' response times within a few hops (its
+    # EMAs start at 1 s, and 0.1 would take tens of hops to tell the peers apart)
+    run = labkit.launch(small_run.replace(stages=2, peers=2, steps=8, global_batch=32, gamma=0.5, links=str(path)))
+    assert run.wait(300)["status"] == "finished"
+    hops = run.events.history("hop")
+    for h in hops:
+        rtt_ms, mbps = FAR if h["peer"].endswith("p1") else NEAR  # s0p1 and s1p1 sit in "us"
+        modelled = rtt_ms / 1e3 + h["bytes"] * 8 / (mbps * 1e6)  # one trainer request at a time: no queueing
+        assert h["link_seconds"] == pytest.approx(modelled, rel=1e-6), h
+        assert h["seconds"] >= h["link_seconds"]
+    far = [h for h in hops if h["peer"].endswith("p1")]
+    assert min(h["link_seconds"] for h in far) > 0.1  # 100 ms and ~130 KB at 5 Mb/s each way
+    share = Counter(h["peer"] for h in hops if h["direction"] == "forward")
+    for stage in (0, 1):  # the far peer's share of its stage, half of it on equal links
+        assert share[f"s{stage}p1"] < 0.4 * (share[f"s{stage}p0"] + share[f"s{stage}p1"]), share
