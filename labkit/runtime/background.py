@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 
@@ -27,3 +27,15 @@ def in_background(fn: Callable[..., Any], *args: Any, name: str = "labkit-backgr
 
     threading.Thread(target=work, name=name, daemon=True).start()
     return out
+
+
+def settle(out: Future, *, result: Any = None, exc: BaseException | None = None) -> None:
+    """Resolve `out` unless it is resolved or cancelled already (a crash or a timed-out caller
+    may have settled it first)."""
+    try:
+        if exc is not None:
+            out.set_exception(exc)
+        else:
+            out.set_result(result)
+    except InvalidStateError:
+        pass

@@ -65,6 +65,17 @@ class RunCore(Protocol):
     def close(self) -> None: ...
 
 
+def fail_core(core: Any, exc: BaseException) -> None:
+    """End `core`'s run on an unexpected error (a bug, not a fault), with the error in one `run`
+    `failed` event; what ATOM's replicas and the task pool both do."""
+    with core.cond:
+        if core.error is None:
+            core.error = exc
+            core.emit(events.run(core.clock(), state="failed", reason=f"{type(exc).__name__}: {exc}"))
+        core.stopping = True
+        core.cond.notify_all()
+
+
 # (config, corpus, starting stage states, starting step, emit, clock) -> the core, not started yet
 CoreFactory = Callable[[RunConfig, Corpus, Sequence[Mapping[str, Any]], int, Callable[[events.Event], None],
                         Callable[[], float]], RunCore]

@@ -18,7 +18,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ from labkit.runtime.ports import PeerHandle
 from labkit.sim.links import TokenBucket, join_group, region_link, stage_regions
 from labkit.sim.scenario import SimScenario
 from labkit.wire import Encoded
+from labkit.runtime.background import settle
 
 _PEER_NAME = re.compile(r"s(\d+)p(\d+)")
 
@@ -126,7 +127,7 @@ class Link:
             result = None if exc is not None else answer.result()
             down = self._delay(self.down, 0 if exc is not None else payload_bytes(result))
             out.link_seconds = up + down
-            _timers().at(time.monotonic() + down, lambda: _settle(out, result, exc))
+            _timers().at(time.monotonic() + down, lambda: settle(out, result=result, exc=exc))
 
         def send() -> None:
             if not out.cancelled():  # the trainer gave up on it meanwhile
@@ -156,14 +157,3 @@ class TrainerLinks:
         if peer not in self._links:
             self._links[peer] = Link(*region_link(self.scenario, self.scenario.trainer_region, self.region(peer)))
         return self._links[peer]
-
-
-def _settle(out: Future, result: Any, exc: BaseException | None) -> None:
-    """Resolve `out` unless its caller cancelled it (a timed-out trainer)."""
-    try:
-        if exc is not None:
-            out.set_exception(exc)
-        else:
-            out.set_result(result)
-    except InvalidStateError:
-        pass

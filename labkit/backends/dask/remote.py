@@ -11,13 +11,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from distributed.actor import Actor
 
 from labkit.backends.dask.dht import ANNOUNCE_TTL
 from labkit.runtime.peer import PeerDied
+from labkit.runtime.background import settle
 
 # Enough threads for every request one process has outstanding at once (a trainer has one; the
 # coordinator's step boundary has one per peer).
@@ -76,12 +77,12 @@ class RemotePeer:
             result, served = self.actor.call(method, *args).result()
             received = time.time()
         except Exception as exc:
-            _settle(out, exc=exc)
+            settle(out, exc=exc)
         else:
             arrived, left = served.pop("arrived"), served.pop("left")
             out.timing = {**served, "dispatch": dispatch, "request": arrived - sent, "served": left - arrived,
                           "reply": received - left}
-            _settle(out, result=result)
+            settle(out, result=result)
         finally:
             with self._lock:
                 self._waiting.discard(out)
@@ -92,7 +93,7 @@ class RemotePeer:
             self._dead = True
             waiting, self._waiting = list(self._waiting), set()
         for out in waiting:
-            _settle(out, exc=PeerDied(self.name))
+            settle(out, exc=PeerDied(self.name))
 
     @property
     def queue_length(self) -> int:
@@ -132,14 +133,3 @@ class RemotePeer:
         request to a stopped actor fails at once (`PeerDied`), while one to a released actor never
         returns (distributed 2026.8 drops the worker's KeyError instead of raising it)."""
         self._owner = None
-
-
-def _settle(out: Future, *, result: Any = None, exc: BaseException | None = None) -> None:
-    """Resolve `out` unless it is resolved already (a crash may have failed it first)."""
-    try:
-        if exc is not None:
-            out.set_exception(exc)
-        else:
-            out.set_result(result)
-    except InvalidStateError:
-        pass

@@ -24,6 +24,7 @@ from labkit import events
 from labkit.config import RunConfig
 from labkit.runtime.atom.ports import ReplicaHost, ReplicaLost, ReplicaPort
 from labkit.runtime.atom.swap import Interrupted
+from labkit.runtime.core_run import fail_core
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import sum_over_peers
 
@@ -198,12 +199,7 @@ class AtomReplicas:
 
     def fail(self, exc: BaseException) -> None:
         """End the run on an unexpected error, with the error in a `run` `failed` event."""
-        with self.cond:
-            if self.error is None:
-                self.error = exc
-                self.emit(events.run(self.clock(), state="failed", reason=f"{type(exc).__name__}: {exc}"))
-            self.stopping = True
-            self.cond.notify_all()
+        fail_core(self, exc)
 
     def stop(self) -> None:
         """Hand out no more work and interrupt the iterations under way."""

@@ -22,6 +22,7 @@ import torch
 from labkit import events
 from labkit.config import RunConfig
 from labkit.data import WindowSampler
+from labkit.runtime.core_run import fail_core
 from labkit.runtime.taskpool.client import Client
 from labkit.runtime.taskpool.ports import ClientHost, ClientLost
 from labkit.runtime.taskpool.servers import StageServers
@@ -264,12 +265,7 @@ class TaskPoolCore:
                 self.cond.wait(timeout=MONITOR_PERIOD)
 
     def fail(self, exc: BaseException) -> None:  # a bug, not a fault: the run stops loudly
-        with self.cond:
-            if self.error is None:
-                self.error = exc
-                self.emit(events.run(self.clock(), state="failed", reason=f"{type(exc).__name__}: {exc}"))
-            self.stopping = True
-            self.cond.notify_all()
+        fail_core(self, exc)
 
     def stop(self) -> None:
         with self.cond:
