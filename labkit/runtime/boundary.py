@@ -14,7 +14,8 @@ step is credited at every stage. In six steps:
 A peer that fails while its sums are gathered is evicted and the boundary is abandoned: its
 samples are recomputed by the survivors and the boundary runs again. A peer that fails while the
 step is applied is evicted and the survivors go on. Requests to the peers of all stages go out
-at once (they may live in other processes). The step event says where the boundary's time went
+at once (they may live in other processes), and the new states are asked for right behind the
+step itself, each peer's queue keeping the order. The step event says where the boundary's time went
 (`BoundaryTimes`): each request's wall seconds and its slowest peer's queue + compute.
 """
 
@@ -44,8 +45,9 @@ Gathered = list[tuple[list[PeerHandle], list[tuple[list[Any], int]]]]  # per sta
 
 
 class BoundaryTimes:
-    """Where one boundary's time goes: wall seconds of each request sent to the peers (named by
-    its method) and of the coordinator's own reduction, and per request the slowest peer's queue
+    """Where one boundary's time goes: wall seconds the boundary waited on each request sent to
+    the peers (named by its method; the states, asked for behind the step, count from when the
+    step's answers were in) and of the coordinator's own reduction, and per request the slowest peer's queue
     + compute (the rest is transport). Reported with the step event as its "boundary"."""
 
     def __init__(self) -> None:
@@ -74,12 +76,16 @@ def step_boundary(c: Coordinator) -> None:
     # 3. decide what this boundary does
     decision = c.schedule.boundary()
     # 4-5. reduce and apply
+    states: Sent | None = None  # the new states, asked for as soon as the last request is sent
     if decision.allreduce:
         start = time.perf_counter()
         sums = [sum_over_peers([g for g, _ in taken]) for _, taken in gathered]
         times.add("reduce", start)
-        gather(c, "optimizer_step", [(p, (sums[stage], step)) for stage, (peers, _) in enumerate(gathered)
-                                     for p in peers], times)
+        applying = send(c, "optimizer_step", [(p, (sums[stage], step)) for stage, (peers, _) in enumerate(gathered)
+                                              for p in peers])
+        if decision.switch_to is None:
+            states = request_states(c)  # queued behind the step on each peer: one round trip for both
+        collect(c, applying, times)
         for stage, (peers, _) in enumerate(gathered):
             _emit_sync(c, step, stage, "allreduce", len(peers), sums[stage])
     else:
@@ -92,23 +98,39 @@ def step_boundary(c: Coordinator) -> None:
         for stage in range(c.cfg.stages):
             _switch(c, c.members.live(stage), decision.switch_to, times)
     # 6. commit
-    _commit(c, step, [sum(n for _, n in taken) for _, taken in gathered], times)
+    _commit(c, step, [sum(n for _, n in taken) for _, taken in gathered], times, states or request_states(c))
 
 
-def gather(c: Coordinator, method: str, calls: list[tuple[PeerHandle, tuple]], times: BoundaryTimes) -> list[Any]:
-    """Call `method` on each peer with its arguments, all at once; evict a peer that fails or
-    exceeds `peer_timeout`, leaving None in its place; counts its seconds in `times`."""
+class Sent:
+    """Requests of one method sent to peers, not yet answered: (peer, future) pairs."""
+
+    def __init__(self, method: str, futures: list[tuple[PeerHandle, Future]], start: float) -> None:
+        self.method, self.futures, self.start = method, futures, start
+
+
+def send(c: Coordinator, method: str, calls: list[tuple[PeerHandle, tuple]]) -> Sent:
+    """Call `method` on each peer with its arguments, all at once, without waiting."""
     start = time.perf_counter()
-    futures = [(p, p.call(method, *args)) for p, args in calls]
+    return Sent(method, [(p, p.call(method, *args)) for p, args in calls], start)
+
+
+def collect(c: Coordinator, sent: Sent, times: BoundaryTimes, since: float | None = None) -> list[Any]:
+    """The answers of `sent`; evict a peer that failed or exceeded `peer_timeout`, leaving None in
+    its place; counts the seconds from `since` (default: when the requests were sent) in `times`."""
     results = []
-    for p, f in futures:
+    for p, f in sent.futures:
         try:
             results.append(f.result(timeout=c.cfg.peer_timeout))
         except Exception as exc:
-            c.members.evict(p.name, f"{method} failed at the step boundary: {type(exc).__name__}: {exc}")
+            c.members.evict(p.name, f"{sent.method} failed at the step boundary: {type(exc).__name__}: {exc}")
             results.append(None)
-    times.add(method, start, [f for _, f in futures])
+    times.add(sent.method, sent.start if since is None else since, [f for _, f in sent.futures])
     return results
+
+
+def gather(c: Coordinator, method: str, calls: list[tuple[PeerHandle, tuple]], times: BoundaryTimes) -> list[Any]:
+    """Call `method` on each peer and wait for every answer (see `collect`)."""
+    return collect(c, send(c, method, calls), times)
 
 
 def gather_gradients(c: Coordinator, times: BoundaryTimes) -> Gathered | None:
@@ -168,11 +190,12 @@ def _emit_sync(c: Coordinator, step: int, stage: int, kind: str, peers: int, ten
     c.emit(events.sync(c.clock(), step=step + 1, stage=stage, kind=kind, peers=peers, nbytes=2 * size * peers))
 
 
-def _commit(c: Coordinator, step: int, stage_samples: list[int], times: BoundaryTimes) -> None:
-    """Record the stages' new states, re-cut if asked, advance the ledger, emit, evaluate; a step
-    whose loss or new parameters are not finite is not committed: the run has diverged."""
+def _commit(c: Coordinator, step: int, stage_samples: list[int], times: BoundaryTimes, asked: Sent) -> None:
+    """Record the stages' new states (`asked` of the peers), re-cut if asked, advance the ledger,
+    emit, evaluate; a step whose loss or new parameters are not finite is not committed: the run
+    has diverged."""
     loss = c.ledger.loss()
-    states = _new_states(c, times) if math.isfinite(loss) else {}
+    states = _new_states(c, asked, times) if math.isfinite(loss) else {}
     divergence = _divergence(step, loss, states)
     if divergence is not None:
         _diverged(c, step, divergence)
@@ -205,18 +228,27 @@ def _commit(c: Coordinator, step: int, stage_samples: list[int], times: Boundary
         c.stop()
 
 
-def _new_states(c: Coordinator, times: BoundaryTimes) -> dict[int, dict[str, Any]]:
-    """Each stage's state after the step, copied from its first live peer (a stage without one,
-    or whose peer fails now, keeps the state committed before)."""
-    firsts = [c.members.live(stage)[:1] for stage in range(c.cfg.stages)]
+def request_states(c: Coordinator) -> Sent:
+    """Ask each stage's first live peer for its state (after dropping every peer's stash of
+    abandoned attempts); the answers are the stages' new states (`_new_states`)."""
     for p in c.members.peers.values():
         p.call("drop_stash")  # activations of abandoned attempts
-    taken = iter(gather(c, "state", [(first[0], ()) for first in firsts if first], times))
-    states = {}
-    for stage, first in enumerate(firsts):
-        state = next(taken) if first else None
-        if state is not None:
-            states[stage] = state
+    firsts = [stage_peers[0] for stage_peers in map(c.members.live, range(c.cfg.stages)) if stage_peers]
+    return send(c, "state", [(p, ()) for p in firsts])
+
+
+def _new_states(c: Coordinator, asked: Sent, times: BoundaryTimes) -> dict[int, dict[str, Any]]:
+    """Each stage's state after the step, from the first live peer it was asked of; a stage whose
+    peer failed meanwhile asks the next live one, and a stage without one keeps the state
+    committed before."""
+    answers = collect(c, asked, times, since=time.perf_counter())  # the wait beyond the step's own requests
+    states = {p.stage: state for (p, _), state in zip(asked.futures, answers) if state is not None}
+    for stage in set(range(c.cfg.stages)) - set(states):
+        for p in c.members.live(stage):
+            state, = gather(c, "state", [(p, ())], times)
+            if state is not None:
+                states[stage] = state
+                break
     return states
 
 

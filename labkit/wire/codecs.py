@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from labkit.config import ConfigError
@@ -56,17 +57,25 @@ class Encoded:
     def __reduce__(self) -> tuple[Any, tuple]:
         """Pickle each payload tensor as a byte view (host memory): with pickle protocol 5, as Dask
         uses, the bytes travel out of band without a copy, where a tensor would be copied twice."""
-        views = tuple((t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy(), t.dtype, tuple(t.shape))
-                      for t in self.payload)
+        views = tuple((tensor_bytes(t), t.dtype, tuple(t.shape)) for t in self.payload)
         return _rebuild_encoded, (self.codec, views, self.shape, self.dtype)
 
 
 def _rebuild_encoded(codec: str, views: tuple, shape: tuple[int, ...], dtype: torch.dtype) -> Encoded:
-    """Unpickle an `Encoded`: each payload tensor over its received bytes (copied only if the
+    """Unpickle an `Encoded`: each payload tensor over its received bytes."""
+    return Encoded(codec, tuple(tensor_from_bytes(*view) for view in views), shape, dtype)
+
+
+def tensor_bytes(t: torch.Tensor) -> np.ndarray:
+    """`t`'s data as a flat uint8 array in host memory, sharing it when it can (pickle protocol 5
+    sends such an array out of band)."""
+    return t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()
+
+
+def tensor_from_bytes(raw: np.ndarray, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    """The tensor `tensor_bytes` gave `raw` for, over the received bytes (copied only if the
     buffer is read-only, which torch tensors may not share)."""
-    payload = tuple(torch.from_numpy(raw if raw.flags.writeable else raw.copy()).view(t_dtype).view(t_shape)
-                    for raw, t_dtype, t_shape in views)
-    return Encoded(codec, payload, shape, dtype)
+    return torch.from_numpy(raw if raw.flags.writeable else raw.copy()).view(dtype).view(shape)
 
 
 class Codec(ABC):

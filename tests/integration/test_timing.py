@@ -28,5 +28,8 @@ def test_hop_and_step_events_break_their_seconds_down(small_run: RunConfig) -> N
         boundary = step["boundary"]
         assert set(boundary["seconds"]) == {"gradients", "reduce", "optimizer_step", "state"}
         assert set(boundary["peer_seconds"]) == {"gradients", "optimizer_step", "state"}
-        assert all(boundary["peer_seconds"][k] <= boundary["seconds"][k] for k in boundary["peer_seconds"])
-        assert boundary["total"] >= sum(boundary["seconds"].values())
+        waited, served = boundary["seconds"], boundary["peer_seconds"]
+        assert served["gradients"] <= waited["gradients"] and served["optimizer_step"] <= waited["optimizer_step"]
+        # the states are asked for right behind the step: their peers' time falls after the gather
+        assert served["state"] <= boundary["total"] - waited["gradients"] - waited["reduce"]
+        assert boundary["total"] >= sum(waited.values())

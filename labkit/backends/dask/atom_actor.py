@@ -20,6 +20,7 @@ from distributed.actor import Actor
 
 from labkit.backends.dask.dht import StageDirectory, node_for
 from labkit.backends.dask.peer_actor import announce_loop, gpu_worker
+from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.runtime.atom.engine import ReplicaEngine, plan_submodels
@@ -33,8 +34,7 @@ class ReplicaActor:
 
     def __init__(self, run_id: str, name: str, cfg: RunConfig, state: dict[str, Any] | None,
                  source: tuple[str, str] | None, step: int, dht_peers: list[str], t0_wall: float, key: str) -> None:
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        prepare_worker(cfg)
         if source is not None:
             state = replica_actor(*source).state().result()
         self.name, self.step, self._key, self._worker = name, step, key, get_worker()

@@ -2,35 +2,42 @@
 
 It hosts a `LocalRun` whose `PeerFactory` (`DaskPeers`) puts every peer and trainer on another
 worker. The driver's handle forwards verbs here and polls events; trainers take microbatches
-here and report hops and faults.
+here and report hops and faults, over the coordinator's data plane.
 """
 
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from distributed import get_client, get_worker
+from distributed.comm import get_address_host
 
 from labkit.backends.dask.fleet import DaskPeers
+from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig
 from labkit.data import Corpus
 from labkit.runtime.handle import STEERING_VERBS
 from labkit.runtime.local_run import LocalRun
+from labkit.runtime.sockets import SocketServer
 
-TRAINER_CALLS = ("stage_empty", "peer_timed_out", "peer_failed", "fail")  # what trainers report
+TRAINER_CALLS = ("next_task", "finish", "stage_empty", "peer_timed_out", "peer_failed", "fail")  # what trainers ask
 
 
 class CoordinatorActor:
-    """The run on a worker: ledger, step boundary and event log; peers and trainers elsewhere."""
+    """The run on a worker: ledger, step boundary and event log; peers and trainers elsewhere.
+    Trainers call it over its own data plane (labkit/runtime/sockets.py), not as an actor: a
+    microbatch's `next_task` and `finish` are on the hot path."""
 
     def __init__(self, run_id: str, key: str, cfg: RunConfig, resume: dict[str, Any] | None) -> None:
+        prepare_worker(cfg)
         self._pool = ThreadPoolExecutor(cfg.trainers + 16, thread_name_prefix="coordinator")
-        client, me = get_client(), (CoordinatorActor, get_worker().address, key)
+        client, here = get_client(), get_worker().address
+        self._server = SocketServer(self._serve_trainer, get_address_host(here), "coordinator")
 
         def peers(c: RunConfig, corpus: Corpus) -> DaskPeers:
-            return DaskPeers(c, client=client, run_id=run_id, coordinator=me)
+            return DaskPeers(c, client=client, run_id=run_id, here=here, coordinator=self._server.address)
 
         self.run = LocalRun(cfg, peers, resume=resume)
 
@@ -45,6 +52,9 @@ class CoordinatorActor:
         return await self._off(getattr(self.run, name), *args)
 
     async def done(self) -> bool:
+        """Whether the run is over (then its trainers are gone, and so is their data plane)."""
+        if self.run.done:
+            self._server.close()
         return self.run.done
 
     async def events_since(self, index: int) -> tuple[list[dict[str, Any]], int]:
@@ -54,31 +64,27 @@ class CoordinatorActor:
         return await asyncio.wrap_future(await self._off(self.run.snapshot))
 
     # -- for trainers --------------------------------------------------------------------------
-    async def next_task(self, trainer: str) -> Any:
-        coordinator = await self._off(self.run.coordinator)
-        return await self._off(coordinator.next_task, trainer)
+    def _serve_trainer(self, method: str, args: tuple) -> Future:
+        """A trainer's request, carried out on the pool (it may wait for the coordinator's lock,
+        or for work)."""
+        if method not in TRAINER_CALLS:
+            refused: Future = Future()
+            refused.set_exception(ValueError(f"call={method!r} is not allowed: one of {list(TRAINER_CALLS)}"))
+            return refused
+        return self._pool.submit(self._trainer_request, method, *args)
 
-    async def finish(self, trainer: str, task: Any, credits: dict[int, str], loss: float | None,
-                     hops: list[dict[str, Any]]) -> None:
-        coordinator = self.run.coordinator()
-        for event in hops:
-            coordinator.emit(event)
-        await self._off(coordinator.finish, trainer, task, credits, loss)
-
-    async def trainer_call(self, name: str, *args: Any) -> Any:
-        """A trainer's report, carried out on the pool (it may wait for the coordinator's lock,
-        which the worker's event loop must never do)."""
-        if name not in TRAINER_CALLS:
-            raise ValueError(f"call={name!r} is not allowed: one of {list(TRAINER_CALLS)}")
-        return await self._off(self._report, name, *args)
-
-    def _report(self, name: str, *args: Any) -> None:
+    def _trainer_request(self, method: str, *args: Any) -> Any:
         """A report about a peer carries the actor key the trainer called; it is ignored if a
-        rebuild has replaced that instance (a stale view says nothing of the new one)."""
+        rebuild has replaced that instance (a stale view says nothing of the new one). A
+        microbatch's `finish` brings the trainer's hop events with it."""
         coordinator = self.run.coordinator()
-        if name in ("peer_timed_out", "peer_failed"):
+        if method == "finish":
+            *args, hops = args
+            for event in hops:
+                coordinator.emit(event)
+        if method in ("peer_timed_out", "peer_failed"):
             *args, key = args
             peer = coordinator.peer(args[0])
             if peer is None or (key is not None and peer.key != key):
-                return
-        getattr(coordinator, name)(*args)
+                return None
+        return getattr(coordinator, method)(*args)

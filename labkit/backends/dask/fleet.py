@@ -50,7 +50,7 @@ class RemoteTrainer:
         f = self.fleet
         self._lives += 1
         self.life_name = f"{self.name}#{self._lives}"
-        self._future = f.client.submit(TrainerActor, f.run_id, self.name, self.life_name, f.cfg, f.coordinator_actor,
+        self._future = f.client.submit(TrainerActor, f.run_id, self.name, self.life_name, f.cfg, f.coordinator_address,
                                        f.dht_peers, f.t0_wall, actor=True, workers=[self.worker], allow_other_workers=False,
                                        key=f"labkit-trainer-{f.run_id}-{self.name}-{uuid.uuid4().hex[:8]}")
 
@@ -70,11 +70,11 @@ class RemoteTrainer:
 class DaskPeers:
     """A `PeerFactory` whose peers and trainers are actors on the workers of `client`'s cluster.
 
-    coordinator: (class, worker address, key) of the coordinator's actor, which trainers call."""
+    here: the coordinator's worker (trainers share it when no worker is free); coordinator: the
+    "host:port" where the coordinator serves trainers (labkit/runtime/sockets.py)."""
 
-    def __init__(self, cfg: RunConfig, *, client: Client, run_id: str, coordinator: tuple[type, str, str]) -> None:
-        self.cfg, self.client, self.run_id, self.coordinator_actor = cfg, client, run_id, coordinator
-        self.here = coordinator[1]  # the coordinator's worker: trainers share it when no worker is free
+    def __init__(self, cfg: RunConfig, *, client: Client, run_id: str, here: str, coordinator: str) -> None:
+        self.cfg, self.client, self.run_id, self.here, self.coordinator_address = cfg, client, run_id, here, coordinator
         self.t0_wall = time.time()
         self.directory = StageDirectory(node_for(run_id, [], self.here), run_id, cfg.stages)
         self.dht_peers = self.directory.node.maddrs()

@@ -1,8 +1,9 @@
 """The peer actor: one replica of one stage on a Dask worker, announced in the DHT.
 
-Requests are `async def` methods: an actor runs sync methods on one thread per worker, where a
-long call would block every other, while async ones only await work done on the peer's own
-thread. Each peer announces itself in the DHT once its worker has registered it, and then every
+Requests come over the peer's own data plane (labkit/runtime/sockets.py: a TCP server on the
+worker's host, its address announced as "data"), and a joining neighbour's state download over
+the actor's `call`; both queue on the peer's own thread. Actor methods are `async def`: an actor
+runs sync methods on one thread per worker, where a long call would block every other. Each peer announces itself in the DHT once its worker has registered it, and then every
 `ANNOUNCE_PERIOD` seconds until it stops.
 """
 
@@ -12,19 +13,24 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import torch
 from distributed import get_worker
 from distributed.actor import Actor
+from distributed.comm import get_address_host
 
 from labkit.backends.dask.dht import ANNOUNCE_PERIOD, StageDirectory, node_for
 from labkit.backends.dask.placement import has_gpu
 from labkit.backends.dask.remote import START_TIMEOUT
+from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig
 from labkit.model.assembly import stage_module
+from labkit.runtime.background import settle
 from labkit.runtime.peer import StagePeer
 from labkit.runtime.request_queue import timing
+from labkit.runtime.sockets import SocketServer
 
 DATA_REQUESTS = ("forward", "backward", "loss")  # what the throughput EMA measures
 EMA_GAMMA = 0.9
@@ -72,8 +78,7 @@ class PeerActor:
 
     def __init__(self, run_id: str, key: str, name: str, stage: int, cfg: RunConfig, state: dict[str, Any] | None,
                  delay: float, dht_peers: list[str], source: tuple[str, str] | None = None) -> None:
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        prepare_worker(cfg)
         if source is not None:
             state, _ = peer_actor(*source).call("state").result()
         device = "cuda" if gpu_worker() and torch.cuda.is_available() else "cpu"
@@ -81,7 +86,8 @@ class PeerActor:
         self.peer.load_state(state)
         self.peer.set_delay(delay)
         self._key, self._worker = key, get_worker()
-        self._record = {"address": self._worker.address, "device": device}
+        self._server = SocketServer(self._serve, get_address_host(self._worker.address), f"peer-{name}")
+        self._record = {"address": self._worker.address, "data": self._server.address, "device": device}
         self._ema = 0.0  # seconds per data request, smoothed
         self._directory = StageDirectory(node_for(run_id, dht_peers), run_id, cfg.stages)
         self._stopped = threading.Event()
@@ -98,17 +104,35 @@ class PeerActor:
         """Whether the peer still serves (a stopped actor is kept a while for stale callers)."""
         return not self._stopped.is_set()
 
+    async def data_address(self) -> str:
+        """Where the peer's data plane listens ("host:port" on this worker's host)."""
+        return self._server.address
+
+    def _serve(self, method: str, args: tuple) -> Future:
+        """Queue one request on the peer's thread (behind the others); the future holds its result
+        (in host memory) and `timing`'s queue and compute."""
+        start = time.perf_counter()
+        served, out = self.peer.call(method, *args), Future()
+
+        def answer(done: Future) -> None:
+            if method in DATA_REQUESTS:
+                seconds = time.perf_counter() - start
+                self._ema = seconds if not self._ema else EMA_GAMMA * self._ema + (1 - EMA_GAMMA) * seconds
+            out.timing = timing(done)
+            if done.exception() is not None:
+                settle(out, exc=done.exception())
+            else:
+                settle(out, result=done.result() if self.peer.device.type == "cpu" else _to_host(done.result()))
+
+        served.add_done_callback(answer)
+        return out
+
     async def call(self, method: str, *args: Any) -> tuple[Any, dict[str, float]]:
-        """Run one request on the peer's thread (queued behind the others); return its result and
-        where its time went here: `timing`'s queue and compute, and the wall-clock times the
-        request arrived and its reply left (the caller splits the rest into request and reply)."""
-        arrived, start = time.time(), time.perf_counter()
-        served = self.peer.call(method, *args)
+        """A request over the Dask actor call (a joining neighbour downloads the state so): its
+        result and where its time went here, as the data plane reports it."""
+        arrived = time.time()
+        served = self._serve(method, args)
         result = await asyncio.wrap_future(served)
-        if method in DATA_REQUESTS:
-            seconds = time.perf_counter() - start
-            self._ema = seconds if not self._ema else EMA_GAMMA * self._ema + (1 - EMA_GAMMA) * seconds
-        result = result if self.peer.device.type == "cpu" else _to_host(result)
         return result, {**timing(served), "arrived": arrived, "left": time.time()}
 
     async def stop(self, crash: bool) -> None:
@@ -117,8 +141,10 @@ class PeerActor:
         self._stopped.set()
         if crash:
             self.peer.kill()
+            self._server.close()
             return
         await asyncio.get_running_loop().run_in_executor(None, self.peer.close)
+        self._server.close()
         self._directory.withdraw(self.peer.stage, self._key)
 
 

@@ -1,15 +1,15 @@
 """The Dask transport: a `PeerHandle` on a peer that lives in another process.
 
-`RemotePeer.call` sends a request to the peer's Dask actor — worker to worker, straight from
-the caller's process — and returns a `concurrent.futures.Future`, so the trainer and the step
-boundary drive remote and in-process peers the same way. Queue length and sample counts are what
-the peer last published to the DHT.
+`RemotePeer.call` sends a request over the peer's data plane — a TCP connection from the caller's
+process straight to the peer's worker (labkit/runtime/sockets.py) — and returns a
+`concurrent.futures.Future`, so the trainer and the step boundary drive remote and in-process
+peers the same way. Starting, stopping and crashing the peer go through its Dask actor. Queue
+length and sample counts are what the peer last published to the DHT.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -18,11 +18,9 @@ from distributed.actor import Actor
 
 from labkit.backends.dask.dht import ANNOUNCE_TTL
 from labkit.runtime.peer import PeerDied
-from labkit.runtime.background import settle
+from labkit.runtime.sockets import SocketClient
 
-# Enough threads for every request one process has outstanding at once (a trainer has one; the
-# coordinator's step boundary has one per peer).
-_CALLS = ThreadPoolExecutor(64, thread_name_prefix="labkit-call")
+_STOPS = ThreadPoolExecutor(8, thread_name_prefix="labkit-stop")  # kills, which must never block the caller
 START_TIMEOUT = 120.0  # seconds a new actor may take to start (a worker's first torch import is slow)
 
 
@@ -31,21 +29,23 @@ class RemotePeer:
     its latest DHT record.
 
     The handle that starts the actor passes its Dask future as `owner` instead of `actor`: the
-    actor lives while the handle holds the future, until the peer stops, and requests wait for it
-    to start (so many peers can start at once). Once the peer is killed or its worker is gone
+    actor lives while the handle holds the future, until the peer stops, and a first request waits
+    for it to start. Once the peer is killed or its worker is gone
     (`crashed`), every request still waiting fails at once with `PeerDied`, whatever the wire
     does: no caller waits on a dead process."""
 
     def __init__(self, name: str, stage: int, key: str, worker: str, actor: Actor | None = None,
                  announced: Callable[[str], dict[str, Any]] | None = None,
-                 on_kill: Callable[[RemotePeer], None] | None = None, delay: float = 0.0, owner: Any = None) -> None:
+                 on_kill: Callable[[RemotePeer], None] | None = None, delay: float = 0.0, owner: Any = None,
+                 data: str | None = None) -> None:
         self.name, self.stage, self.key, self.worker, self._actor = name, stage, key, worker, actor
         self.delay = delay
         self._owner = owner
         self._announced = announced or (lambda name: {})
         self._on_kill = on_kill
+        self._data = data  # the data plane's "host:port", if the DHT record gave it
+        self._client: SocketClient | None = None
         self._lock = threading.Lock()
-        self._waiting: set[Future] = set()  # requests not answered yet
         self._dead = False
 
     @property
@@ -57,43 +57,37 @@ class RemotePeer:
 
     def call(self, method: str, *args: Any) -> Future:
         """Queue `method(*args)` on the remote peer; the future resolves to its result."""
-        out: Future = Future()
+        try:
+            plane = self._plane()
+        except Exception as exc:  # the actor never started, or its worker is gone
+            out: Future = Future()
+            out.set_exception(exc if isinstance(exc, PeerDied) else PeerDied(f"{self.name}: {exc}"))
+            return out
+        return plane.call(method, *args)
+
+    def _plane(self) -> SocketClient:
+        """The connection to the peer's data plane (its address asked of the actor the first
+        time, unless the DHT record gave it); PeerDied once the peer is known dead."""
         with self._lock:
             if self._dead:
-                out.set_exception(PeerDied(self.name))
-                return out
-            self._waiting.add(out)
-        _CALLS.submit(self._send, out, method, args, time.perf_counter())
-        return out
-
-    def _send(self, out: Future, method: str, args: tuple, submitted: float) -> None:
-        """Make the actor call; `out.timing` adds to the peer's queue and compute the seconds
-        this process waited for a call thread ("dispatch"), the request took to reach the actor
-        ("request": serialization, the wire, the worker's event loop), the actor held it
-        ("served") and its reply took back ("reply"). Request and reply compare wall clocks of
-        two processes: exact on one host, shifted by the clock offset across hosts."""
-        try:
-            dispatch, sent = time.perf_counter() - submitted, time.time()
-            result, served = self.actor.call(method, *args).result()
-            received = time.time()
-        except Exception as exc:
-            settle(out, exc=exc)
-        else:
-            arrived, left = served.pop("arrived"), served.pop("left")
-            out.timing = {**served, "dispatch": dispatch, "request": arrived - sent, "served": left - arrived,
-                          "reply": received - left}
-            settle(out, result=result)
-        finally:
-            with self._lock:
-                self._waiting.discard(out)
+                raise PeerDied(self.name)
+            if self._client is not None:
+                return self._client
+        address = self._data or self.actor.data_address().result(START_TIMEOUT)  # waits for the start
+        with self._lock:
+            if self._dead:
+                raise PeerDied(self.name)
+            if self._client is None:
+                self._client = SocketClient(address, lambda: PeerDied(self.name))
+            return self._client
 
     def crashed(self) -> None:
         """The peer is gone: fail every waiting request now, and every later one at once."""
         with self._lock:
             self._dead = True
-            waiting, self._waiting = list(self._waiting), set()
-        for out in waiting:
-            settle(out, exc=PeerDied(self.name))
+            client = self._client
+        if client is not None:
+            client.close()
 
     @property
     def queue_length(self) -> int:
@@ -112,7 +106,7 @@ class RemotePeer:
         self.crashed()
         if self._on_kill is not None:
             self._on_kill(self)
-        _CALLS.submit(self._stop, True)
+        _STOPS.submit(self._stop, True)
 
     def close(self) -> None:
         """Stop the peer after its queued requests (a clean shutdown)."""

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
+from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig
 from labkit.runtime.core_run import CoreRun
 from labkit.runtime.taskpool.client import StageClient
@@ -32,8 +33,7 @@ class ClientActor:
     (requests are `async def`, so the worker's actor thread is never blocked)."""
 
     def __init__(self, name: str, stage: int, cfg: RunConfig, params: dict[str, torch.Tensor], key: str) -> None:
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        prepare_worker(cfg)
         self.client = StageClient(cfg, name, stage, params)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"client-{name}")
 

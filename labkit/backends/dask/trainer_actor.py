@@ -1,8 +1,8 @@
 """The trainer actor: the in-process `Trainer` loop on a Dask worker, fed by the coordinator actor.
 
 On its worker a trainer sees the run through two ports: `CoordinatorClient` (its `WorkSource`:
-microbatches and accounting from the coordinator actor; hop events are batched and sent with
-each microbatch's `finish`) and `DhtDirectory` (its `Directory`: peers as the hivemind DHT
+microbatches and accounting from the coordinator, over its data plane; hop events are batched and
+sent with each microbatch's `finish`) and `DhtDirectory` (its `Directory`: peers as the hivemind DHT
 announces them). Activations go straight from this worker to the peers' workers.
 """
 
@@ -12,15 +12,15 @@ import threading
 import time
 from typing import Any
 
-import torch
-from distributed.actor import Actor
 
 from labkit import events
 from labkit.backends.dask.dht import ANNOUNCE_PERIOD, StageDirectory, node_for
 from labkit.backends.dask.peer_actor import peer_actor
 from labkit.backends.dask.remote import RemotePeer
+from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig
 from labkit.data import WindowSampler, load_corpus
+from labkit.runtime.sockets import SocketClient
 from labkit.runtime.trainer import Trainer
 from labkit.swarm.ledger import Task
 
@@ -74,19 +74,27 @@ class DhtDirectory:
         with self._lock:
             if handle not in self._handles:
                 self._handles[handle] = RemotePeer(name, int(info["stage"]), info["key"], info["address"],
-                                                   peer_actor(*handle))
+                                                   peer_actor(*handle), data=info.get("data"))
             self.called[name] = info["key"]
             return self._handles[handle]
 
 
 class CoordinatorClient:
-    """The trainer's `WorkSource`: calls on the coordinator actor, with the actor instance each
-    report is about (a stale view may have called a peer's replaced instance). Work is taken and
-    finished under `life_name`, this life of the trainer (a restarted trainer has a new one)."""
+    """The trainer's `WorkSource`: requests to the coordinator over its data plane, with the actor
+    instance each report is about (a stale view may have called a peer's replaced instance). Work
+    is taken and finished under `life_name`, this life of the trainer (a restarted trainer has a
+    new one)."""
 
-    def __init__(self, coordinator: Actor, directory: DhtDirectory, t0: float, life_name: str) -> None:
-        self._coordinator, self._directory, self._t0, self._life = coordinator, directory, t0, life_name
+    def __init__(self, coordinator: str, directory: DhtDirectory, t0: float, life_name: str) -> None:
+        self._plane = SocketClient(coordinator, lambda: ConnectionError(f"the coordinator at {coordinator} hung up"))
+        self._directory, self._t0, self._life = directory, t0, life_name
         self._events: list[events.Event] = []
+
+    def _ask(self, method: str, *args: Any) -> Any:
+        return self._plane.call(method, *args).result()
+
+    def close(self) -> None:
+        self._plane.close()
 
     def clock(self) -> float:
         return time.time() - self._t0
@@ -95,45 +103,42 @@ class CoordinatorClient:
         self._events.append(event)
 
     def next_task(self, trainer: str) -> tuple[Task, str] | None:
-        return self._coordinator.next_task(self._life).result()
+        return self._ask("next_task", self._life)
 
     def finish(self, trainer: str, task: Task, credits: dict[int, str], loss: float | None) -> None:
         batch, self._events = self._events, []
-        self._coordinator.finish(self._life, task, credits, loss, batch).result()
+        self._ask("finish", self._life, task, credits, loss, batch)
 
     def stage_empty(self, stage: int) -> None:
-        self._coordinator.trainer_call("stage_empty", stage).result()
+        self._ask("stage_empty", stage)
 
     def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
-        self._coordinator.trainer_call("peer_timed_out", name, may_have_accumulated,
-                                       self._directory.called.get(name)).result()
+        self._ask("peer_timed_out", name, may_have_accumulated, self._directory.called.get(name))
 
     def peer_failed(self, name: str, exc: BaseException) -> None:
-        error = RuntimeError(f"{type(exc).__name__}: {exc}")
-        self._coordinator.trainer_call("peer_failed", name, error, self._directory.called.get(name)).result()
+        self._ask("peer_failed", name, RuntimeError(f"{type(exc).__name__}: {exc}"), self._directory.called.get(name))
 
     def fail(self, exc: BaseException) -> None:
-        self._coordinator.trainer_call("fail", RuntimeError(f"{type(exc).__name__}: {exc}")).result()
+        self._ask("fail", RuntimeError(f"{type(exc).__name__}: {exc}"))
 
 
 class TrainerActor:
     """One trainer on this worker, running the in-process `Trainer` loop against the coordinator."""
 
-    def __init__(self, run_id: str, name: str, life_name: str, cfg: RunConfig, coordinator: tuple[type, str, str],
+    def __init__(self, run_id: str, name: str, life_name: str, cfg: RunConfig, coordinator: str,
                  dht_peers: list[str], t0: float) -> None:
-        """coordinator: (class, worker address, key) of the coordinator's actor; life_name: this
-        start of trainer `name`. The handle is made here, on this worker's actor thread: a
-        handle unpickled elsewhere finds no client."""
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        """coordinator: the "host:port" where the coordinator serves trainers; life_name: this
+        start of trainer `name`."""
+        prepare_worker(cfg)
         self.directory = DhtDirectory(run_id, cfg, dht_peers)
-        work = CoordinatorClient(Actor(*coordinator), self.directory, t0, life_name)
+        self.work = CoordinatorClient(coordinator, self.directory, t0, life_name)
         sampler = WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed)
-        self.trainer = Trainer(name, cfg, work, self.directory, sampler)
+        self.trainer = Trainer(name, cfg, self.work, self.directory, sampler)
         self.trainer.start()
 
     async def running(self) -> bool:
         alive = self.trainer.thread.is_alive()
         if not alive:
             self.directory.close()
+            self.work.close()
         return alive
