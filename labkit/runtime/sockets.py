@@ -12,6 +12,7 @@ once: the kernel closes a killed process's sockets, so its callers learn of the 
 
 from __future__ import annotations
 
+import pickle
 import socket
 import threading
 import time
@@ -84,7 +85,7 @@ class SocketServer:
                 try:
                     write_frame(connection, (request_id, exc is None, future.result() if exc is None else exc,
                                              served | {"left": time.time()}))
-                except (TypeError, AttributeError, ValueError) as unpicklable:  # an answer pickle cannot carry
+                except (pickle.PicklingError, TypeError, AttributeError, ValueError) as unpicklable:  # an answer pickle cannot carry
                     write_frame(connection, (request_id, False, RuntimeError(f"{type(unpicklable).__name__}: "
                                                                              f"{unpicklable}"), served))
         except OSError:  # the caller hung up: nobody waits for this answer

@@ -28,6 +28,7 @@ from labkit.backends.dask.peer_actor import PeerActor, peer_actor
 from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
 from labkit.backends.dask.workers import cluster_workers
 from labkit.config import ModelConfig, RunConfig
+from tests.integration.test_links import check_links, linked_run, two_continents
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.model.assembly import initial_states
@@ -158,6 +159,13 @@ def _call_stale(address: str, key: str) -> str:
         return RemotePeer("s0p0", 0, key, address, peer_actor(address, key)).call("echo", "ping").result(10)
     except Exception as exc:
         return type(exc).__name__
+
+
+def test_emulated_links_delay_dask_hops_as_modelled_and_work_shifts_to_near_peers(cluster, small_run: RunConfig,
+                                                                                    tmp_path: Path) -> None:
+    """The same links, with trainers and peers in worker processes (the file read on each worker)."""
+    cfg = linked_run(small_run, two_continents(tmp_path))
+    check_links(labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address))
 
 
 def test_a_stale_handle_on_a_stopped_peer_fails_at_once(cluster) -> None:

@@ -17,17 +17,25 @@ NEAR = (2.0, 1000.0)  # rtt ms, Mb/s
 FAR = (100.0, 5.0)
 
 
-def test_slow_links_delay_their_hops_as_modelled_and_work_shifts_to_near_peers(small_run: RunConfig,
-                                                                                tmp_path: Path) -> None:
+def two_continents(tmp_path: Path) -> str:
+    """A 2 x 2 scenario file: the trainers and each stage's first peer in "eu", the second in "us"."""
     scenario = {"name": "two-continents", "model": "nano", "stages": 2, "trainer_region": "eu",
                 "peers": [{"device": "T4", "count": 1, "stage": s, "region": r} for s in (0, 1) for r in ("eu", "us")],
                 "links": [{"a": "eu", "b": "eu", "rtt_ms": NEAR[0], "bandwidth_mbps": NEAR[1]},
                           {"a": "eu", "b": "us", "rtt_ms": FAR[0], "bandwidth_mbps": FAR[1]}]}
     path = tmp_path / "two_continents.json"
     path.write_text(json.dumps(scenario))
-    # gamma 0.5: each trainer's router learns its peers' response times within a few hops (its
-    # EMAs start at 1 s, and 0.1 would take tens of hops to tell the peers apart)
-    run = labkit.launch(small_run.replace(stages=2, peers=2, steps=8, global_batch=32, gamma=0.5, links=str(path)))
+    return str(path)
+
+
+def linked_run(small_run: RunConfig, links: str) -> RunConfig:
+    """8 steps of 2 x 2 over `links`. gamma 0.5: each trainer's router learns its peers' response
+    times within a few hops (its EMAs start at 1 s, and 0.1 would take tens of hops to tell them apart)."""
+    return small_run.replace(stages=2, peers=2, steps=8, global_batch=32, gamma=0.5, links=links)
+
+
+def check_links(run: labkit.RunHandle) -> None:
+    """Every hop was delayed by exactly what its link models, and work shifted to the near peers."""
     assert run.wait(300)["status"] == "finished"
     hops = run.events.history("hop")
     for h in hops:
@@ -40,3 +48,8 @@ def test_slow_links_delay_their_hops_as_modelled_and_work_shifts_to_near_peers(s
     share = Counter(h["peer"] for h in hops if h["direction"] == "forward")
     for stage in (0, 1):  # the far peer's share of its stage, half of it on equal links
         assert share[f"s{stage}p1"] < 0.4 * (share[f"s{stage}p0"] + share[f"s{stage}p1"]), share
+
+
+def test_slow_links_delay_their_hops_as_modelled_and_work_shifts_to_near_peers(small_run: RunConfig,
+                                                                                tmp_path: Path) -> None:
+    check_links(labkit.launch(linked_run(small_run, two_continents(tmp_path))))
