@@ -14,6 +14,7 @@ import socket
 import struct
 from typing import Any
 
+import numpy as np
 import torch
 
 from labkit.wire.codecs import tensor_bytes, tensor_from_bytes
@@ -53,10 +54,11 @@ def read_frame(sock: socket.socket) -> Any:
     return pickle.loads(data, buffers=[_read(sock, n) for n in lengths])
 
 
-def _read(sock: socket.socket, n: int) -> bytearray:
-    """Exactly `n` bytes, read into one buffer (which received tensors keep as their memory)."""
-    out = bytearray(n)
-    view, got = memoryview(out), 0
+def _read(sock: socket.socket, n: int) -> np.ndarray:
+    """Exactly `n` bytes, read into one buffer (which received tensors keep as their memory).
+    Uninitialized, from malloc: a bytearray would zero-fill it, and fault in fresh pages each time."""
+    out = np.empty(n, dtype=np.uint8)
+    view, got = memoryview(out).cast("B"), 0
     while got < n:
         chunk = sock.recv_into(view[got:])
         if chunk == 0:
