@@ -251,7 +251,8 @@ class RunConfig:
     stages: int = 2  # pipeline stages S
     peers: int | tuple[int, ...] = 2  # peers per stage: one number for all, or one per stage
     layer_split: tuple[int, ...] | None = None  # blocks per stage; None = as even as possible
-    trainers: int = 4  # trainer threads, each routing one microbatch at a time
+    trainers: int = 4  # trainers, each routing `inflight` microbatches at a time
+    inflight: int = 1  # microbatches each trainer keeps in flight (its lanes share one router)
     global_batch: int = 32  # samples per optimizer step, summed over the whole swarm
     microbatch: int = 8  # samples per routed microbatch
     steps: int = 400  # optimizer steps to run (about a minute for nano on 2 CPU cores)
@@ -297,6 +298,8 @@ class RunConfig:
             _check(ok, o, "layer_split", split, f"{self.stages} integers >= 1 (one per stage)")
             _check(sum(split) == self.model.n_layer, o, "layer_split", split, f"blocks per stage summing to the model's {self.model.n_layer} layers")
         _check(_is_int(self.trainers) and self.trainers >= 1, o, "trainers", self.trainers, "an integer >= 1")
+        _check(_is_int(self.inflight) and 1 <= self.inflight <= 64, o, "inflight", self.inflight,
+               "an integer from 1 to 64 (microbatches each trainer keeps in flight)")
         _check(_is_int(self.microbatch) and self.microbatch >= 1, o, "microbatch", self.microbatch, "an integer >= 1")
         _check(_is_int(self.global_batch) and self.global_batch >= 1, o, "global_batch", self.global_batch, "an integer >= 1")
         _check(self.global_batch % self.microbatch == 0, o, "global_batch", self.global_batch,

@@ -55,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--peers", type=_peers, default=defaults.peers, help="peers per stage: N, or N1,N2,... one per stage")
     p.add_argument("--layer-split", type=_split, default=None, metavar="N1,N2,...", help="blocks per stage, e.g. 3,1")
     p.add_argument("--trainers", type=int, default=defaults.trainers, help="trainers (threads; worker processes with --backend dask)")
+    p.add_argument("--inflight", type=int, default=defaults.inflight, help="microbatches each trainer keeps in flight")
     p.add_argument("--steps", type=int, default=defaults.steps, help="optimizer steps")
     p.add_argument("--global-batch", type=int, default=defaults.global_batch, help="samples per optimizer step")
     p.add_argument("--microbatch", type=int, default=defaults.microbatch, help="samples per routed microbatch")
@@ -115,7 +116,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         model=ModelConfig(size=args.size, seq_len=args.seq_len, positions=args.positions,
                           share_layers=args.share_layers, dtype=args.dtype),
         data=DataConfig(path=args.data), stages=args.stages, peers=args.peers, layer_split=args.layer_split,
-        trainers=args.trainers, global_batch=args.global_batch, microbatch=args.microbatch, steps=args.steps,
+        trainers=args.trainers, inflight=args.inflight, global_batch=args.global_batch, microbatch=args.microbatch, steps=args.steps,
         optimizer=args.optimizer, lr=args.lr, warmup_steps=args.warmup_steps, eval_every=args.eval_every,
         activation_checkpointing=args.activation_checkpointing, delayed_updates=args.delayed_updates,
         seed=args.seed, threads=args.threads, rebalance_period=args.rebalance_period,

@@ -57,7 +57,7 @@ class Coordinator:
         self.error: BaseException | None = None
         self.diverged: str | None = None  # why the run stopped on a non-finite step, if it did
         self.step_hooks: list[Callable[[int], None]] = []  # called after each step, lock held
-        self.held: dict[str, Task] = {}  # trainer -> the microbatch attempt it works on
+        self.held: dict[str, Task] = {}  # trainer lane -> the microbatch attempt it works on
         self.lost_trainers: set[str] = set()  # trainers reported dead: a call still under way gets no task
         self.orphans = 0  # attempts whose trainer died since the last step (peers may hold their gradients)
         self._last_state: dict[str, Any] = {"status": "starting", "step": step, "stages": []}
@@ -136,7 +136,7 @@ class Coordinator:
         or once `trainer` was reported lost (its call may outlive it: a dead caller takes nothing)."""
         with self.cond:
             while True:
-                if self.stopping or trainer in self.lost_trainers:
+                if self.stopping or trainer.split("/")[0] in self.lost_trainers:
                     return None
                 if not self.paused and not self.syncing:
                     task = self.ledger.next_task()
@@ -153,16 +153,15 @@ class Coordinator:
             self.cond.notify_all()
 
     def trainer_lost(self, trainer: str, reason: str) -> None:
-        """A trainer died with its microbatch: hand the microbatch out again (nothing credited).
+        """A trainer died with its microbatches (one per lane): hand them out again (nothing credited).
         `trainer` names one life: a restarted trainer calls under a new name, and a call of the
         dead one still waiting here gets no task. The event comes first: the lock may be held a
         while (a joining peer starting)."""
         self.emit(events.setting(self.clock(), name="trainer_lost", value=f"{trainer}: {reason}"))
         with self.cond:
             self.lost_trainers.add(trainer)
-            task = self.held.pop(trainer, None)
-            if task is not None:
-                self.ledger.finish(task, {}, None)
+            for lane in [lane for lane in self.held if lane.split("/")[0] == trainer]:  # "t0#1" and "t0#1/k"
+                self.ledger.finish(self.held.pop(lane), {}, None)
                 self.orphans += 1
             self.cond.notify_all()
 

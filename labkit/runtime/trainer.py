@@ -38,26 +38,40 @@ class AttemptFailed(RuntimeError):
     """A peer on the backward path is gone; the attempt stops with partial credits."""
 
 
+def lane_names(name: str, inflight: int) -> list[str]:
+    """What trainer `name`'s lanes take work under: its own name for one, "name/k" for several."""
+    return [name] if inflight == 1 else [f"{name}/{k}" for k in range(inflight)]
+
+
 class Trainer:
-    """One trainer thread: takes work from `work`, finds peers in `directory`, and samples its
-    microbatches itself (counter-based, so any trainer draws the same samples for a task)."""
+    """One trainer: `cfg.inflight` lanes (threads), each keeping one microbatch in flight, take
+    work from `work`, find peers in `directory` and route over one shared router (as SWARM's
+    trainers keep several microbatches in flight). Each samples its microbatches itself
+    (counter-based, so any trainer draws the same samples for a task)."""
 
     def __init__(self, name: str, cfg: RunConfig, work: WorkSource, directory: Directory, sampler: WindowSampler) -> None:
         self.name, self.cfg, self.work, self.directory, self.sampler = name, cfg, work, directory, sampler
         self.loss_scale = 1.0 / (cfg.model.seq_len * cfg.global_batch)  # a step's loss is a mean over its tokens
-        self.codec = cfg.compression.codec  # the wire codec in force, handed out with each task
         self.router = Router(gamma=cfg.gamma)
+        self._routing = threading.Lock()  # the router and `_seen` are shared by the lanes
         scenario = load_links(cfg)
         self.links = None if scenario is None else TrainerLinks(scenario, name)  # emulated internet links, if any
         self._seen: dict[str, tuple[int, int]] = {}  # peer -> (stage, announce epoch) last synced
-        self.thread = threading.Thread(target=self._loop, name=f"trainer-{name}", daemon=True)
+        self.lanes = [threading.Thread(target=self._loop, args=(lane,), name=f"trainer-{lane}", daemon=True)
+                      for lane in lane_names(name, cfg.inflight)]
 
     def start(self) -> None:
-        self.thread.start()
+        for lane in self.lanes:
+            lane.start()
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait until the trainer's loop has ended (the swarm stopped handing out microbatches)."""
-        self.thread.join(timeout)
+        """Wait until every lane has ended (the swarm stopped handing out microbatches)."""
+        for lane in self.lanes:
+            lane.join(timeout)
+
+    def alive(self) -> bool:
+        """Whether a lane still works."""
+        return any(lane.is_alive() for lane in self.lanes)
 
     def _sync_router(self, reannounce_stage: int | None = None) -> None:
         """Mirror the directory: add, move or un-ban re-announced peers; drop departed ones.
@@ -66,6 +80,10 @@ class Trainer:
         `reannounce_stage` is banned, their presence in the registry un-bans them (a timeout may
         have been a passing spike)."""
         registry = self.directory.registry()
+        with self._routing:
+            self._mirror(registry, reannounce_stage)
+
+    def _mirror(self, registry: dict[str, tuple[int, int]], reannounce_stage: int | None) -> None:
         for peer, (stage, epoch) in registry.items():
             if self._seen.get(peer) != (stage, epoch) or stage == reannounce_stage:
                 self.router.announce(peer, stage)
@@ -74,17 +92,17 @@ class Trainer:
             self.router.remove(peer)
             del self._seen[peer]
 
-    def _loop(self) -> None:
+    def _loop(self, lane: str) -> None:
         while True:
-            work = self.work.next_task(self.name)
+            work = self.work.next_task(lane)
             if work is None:
                 return
-            task, self.codec = work
+            task, codec = work  # the wire codec in force, handed out with each task
             self._sync_router()
             credits: dict[int, str] = {}
             outcome: dict[str, float] = {}  # "loss" once the last stage has answered
             try:
-                self._run(task, credits, outcome)
+                self._run(task, codec, credits, outcome)
             except StageEmpty as exc:
                 self.work.stage_empty(exc.stage)
             except AttemptFailed:
@@ -92,15 +110,15 @@ class Trainer:
             except Exception as exc:  # a bug, not a fault: stop the run loudly
                 self.work.fail(exc)
             finally:
-                self.work.finish(self.name, task, credits, outcome.get("loss"))
+                self.work.finish(lane, task, credits, outcome.get("loss"))
 
     def _call(self, stage: int, direction: str, task: Task, method: str, *args: Any, peer: str | None = None) -> tuple[str, Any]:
         """Send one request to a peer of `stage` (chosen by the router unless `peer` is given)."""
         while True:
-            target = peer or self.router.choose(stage)
+            target = peer or self._choose(stage)
             if target is None:
                 self._sync_router(reannounce_stage=stage)
-                target = self.router.choose(stage)
+                target = self._choose(stage)
                 if target is None:
                     raise StageEmpty(stage)
             server = self.directory.peer(target)
@@ -117,27 +135,36 @@ class Trainer:
                 result = future.result(timeout=self.cfg.peer_timeout)
             except FutureTimeout:
                 future.cancel()
-                self.router.ban(target)
+                self._ban(target)
                 self.work.peer_timed_out(target, may_have_accumulated=method != "forward")
                 if peer is not None:
                     raise AttemptFailed(target)
                 continue
             except Exception as exc:  # the peer is gone, or failed: ban it, retry elsewhere
-                self.router.ban(target)
+                self._ban(target)
                 if not isinstance(exc, (PeerDied, LookupError)):
                     self.work.peer_failed(target, exc)
                 if peer is not None:
                     raise AttemptFailed(target)
                 continue
             seconds = time.perf_counter() - start
-            self.router.report(target, seconds)
+            with self._routing:
+                self.router.report(target, seconds)
             self.work.emit(events.hop(self.work.clock(), trainer=self.name, stage=stage, peer=target, direction=direction,
                                        nbytes=payload_bytes(args) + payload_bytes(result), seconds=seconds,
                                        microbatch=task.microbatch, timing=timing(future),
                                        link_seconds=future.link_seconds if self.links else 0.0))
             return target, result
 
-    def _run(self, task: Task, credits: dict[int, str], outcome: dict[str, float]) -> None:
+    def _choose(self, stage: int) -> str | None:
+        with self._routing:
+            return self.router.choose(stage)
+
+    def _ban(self, peer: str) -> None:
+        with self._routing:
+            self.router.ban(peer)
+
+    def _run(self, task: Task, codec: str, credits: dict[int, str], outcome: dict[str, float]) -> None:
         """Forward through every stage, loss at the last, backward to the lowest stage still owed.
         Fills `credits` (stage -> peer that accumulated) and `outcome["loss"]` as they happen."""
         inputs, targets = self.sampler.batch(task.step, task.microbatch, self.cfg.microbatch)  # (B, T) token ids each
@@ -148,17 +175,17 @@ class Trainer:
         x = inputs
         # forward: stage 0 .. S-2, each hop to the peer the router picks
         for stage in range(last):
-            peer, x = self._call(stage, "forward", task, "forward", x, stage >= lowest, self.codec)
+            peer, x = self._call(stage, "forward", task, "forward", x, stage >= lowest, codec)
             path.append(peer)
         # last stage: forward, loss and backward in one request
         peer, (loss, grad) = self._call(last, "forward", task, "loss", x, targets, self.loss_scale,
-                                        last in task.stages, n, self.codec)
+                                        last in task.stages, n, codec)
         if last in task.stages:
             credits[last] = peer
             outcome["loss"] = loss
         # backward: retrace the same peers, S-2 .. lowest stage still owed a gradient
         for stage in range(last - 1, lowest - 1, -1):
             accumulate = stage in task.stages
-            peer, grad = self._call(stage, "backward", task, "backward", grad, accumulate, n, self.codec, peer=path[stage])
+            peer, grad = self._call(stage, "backward", task, "backward", grad, accumulate, n, codec, peer=path[stage])
             if accumulate:
                 credits[stage] = peer

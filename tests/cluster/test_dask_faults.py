@@ -103,9 +103,9 @@ def test_a_killed_peer_worker_is_noticed_fast_and_survived_exactly(cluster, smal
 
 def test_three_kills_and_a_trainer_kill_in_a_row(cluster, small_run: RunConfig, tmp_path: Path) -> None:
     """Three peer workers die one after another (a live peer stays in every stage), then a
-    trainer's worker: each is noticed within seconds, its work recomputed, the restarted workers
+    trainer's worker with two microbatches in flight: each is noticed within seconds, its work recomputed, the restarted workers
     take peers, and the run stops on request with exact accounting and a checkpoint that resumes."""
-    cfg = small_run.replace(stages=2, peers=(3, 2), trainers=2, steps=500)
+    cfg = small_run.replace(stages=2, peers=(3, 2), trainers=2, inflight=2, steps=500)  # a trainer's 2 lanes die
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
     try:
         run.wait_for(step=2, timeout=120)

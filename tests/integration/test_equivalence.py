@@ -53,6 +53,15 @@ def test_swarm_matches_single_process(small_run: RunConfig, stages: int, peers: 
 
 
 
+def test_one_trainer_with_several_microbatches_in_flight_keeps_equivalence(small_run: RunConfig) -> None:
+    """Lanes of one trainer share its router; the ledger credits each lane's microbatch alone."""
+    cfg = small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=2, steps=4,
+                            trainers=1, inflight=4)
+    got, want = _swarm_params(cfg), _reference_params(cfg)
+    worst = max(float((got[k] - want[k]).abs().max()) for k in want)
+    assert worst <= 1e-10, f"max |swarm - reference| = {worst:.3g}"
+
+
 @pytest.mark.parametrize("option", ["delayed_updates", "activation_checkpointing"])
 def test_options_keep_equivalence(small_run: RunConfig, option: str) -> None:
     """Activation checkpointing changes nothing; delayed updates equal the reference's stale loop."""

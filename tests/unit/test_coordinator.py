@@ -137,3 +137,15 @@ def test_a_lost_trainers_call_still_waiting_takes_no_microbatch() -> None:
     c.finish("t2#1", taken[0], {}, None)  # a microbatch comes free: the restarted trainer takes it
     again, _ = c.next_task("t1#2")
     assert again.microbatch == taken[0].microbatch
+
+
+def test_a_lost_trainer_hands_back_the_microbatch_of_every_lane() -> None:
+    """A trainer with lanes "t1#1/0" and "t1#1/1" dies: both microbatches go out again, and a
+    lane's call still waiting takes none."""
+    c, peers, log = _coordinator()
+    held = [c.next_task(f"t1#1/{k}")[0] for k in range(2)]
+    others = [c.next_task(f"t2#1/{k}")[0] for k in range(c.cfg.microbatches_per_step - 2)]
+    c.trainer_lost("t1#1", "its worker left")
+    assert c.next_task("t1#1/0") is None
+    again = {c.next_task(f"t3#1/{k}")[0].microbatch for k in range(2)}
+    assert again == {t.microbatch for t in held} and not again & {t.microbatch for t in others}

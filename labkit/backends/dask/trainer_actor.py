@@ -93,6 +93,10 @@ class CoordinatorClient:
     def _ask(self, method: str, *args: Any) -> Any:
         return self._plane.call(method, *args).result()
 
+    def _life_of(self, lane: str) -> str:
+        """The name a lane ("t0" or "t0/k") takes work under in this life ("t0#2" or "t0#2/k")."""
+        return self._life + (lane[lane.index("/"):] if "/" in lane else "")
+
     def close(self) -> None:
         self._plane.close()
 
@@ -103,11 +107,11 @@ class CoordinatorClient:
         self._events.append(event)
 
     def next_task(self, trainer: str) -> tuple[Task, str] | None:
-        return self._ask("next_task", self._life)
+        return self._ask("next_task", self._life_of(trainer))
 
     def finish(self, trainer: str, task: Task, credits: dict[int, str], loss: float | None) -> None:
         batch, self._events = self._events, []
-        self._ask("finish", self._life, task, credits, loss, batch)
+        self._ask("finish", self._life_of(trainer), task, credits, loss, batch)
 
     def stage_empty(self, stage: int) -> None:
         self._ask("stage_empty", stage)
@@ -137,7 +141,7 @@ class TrainerActor:
         self.trainer.start()
 
     async def running(self) -> bool:
-        alive = self.trainer.thread.is_alive()
+        alive = self.trainer.alive()
         if not alive:
             self.directory.close()
             self.work.close()
