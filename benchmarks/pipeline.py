@@ -22,7 +22,8 @@ threads, plain 1 thread, in-process, dask, ...) and medians reported. The 2-thre
 collapses when other jobs oversubscribe the cores (its two threads synchronise in every
 parallel op): compare it with the 1-thread figure before trusting a ratio.
 
-    python benchmarks/pipeline.py [--steps 40] [--repeats 3] [--trainers 2] [--microbatch 16]
+    python benchmarks/pipeline.py [--steps 40] [--repeats 3] [--trainers 2] [--inflight 1] [--microbatch 16]
+                                  [--size nano] [--global-batch 32]
 
 Last line: pipeline_ratio=<labkit dask 2x1 tokens/s / plain 2-thread tokens/s>.
 """
@@ -59,8 +60,9 @@ def labkit_run(cfg: RunConfig, **launch: str) -> tuple[float, float]:
 def main() -> None:
     parser = workload_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--trainers", type=int, default=2)
+    parser.add_argument("--inflight", type=int, default=1, help="microbatches each trainer keeps in flight")
     args = parser.parse_args()
-    base = workload_config(args, stages=2, peers=1, trainers=args.trainers, threads=1)
+    base = workload_config(args, stages=2, peers=1, trainers=args.trainers, inflight=args.inflight, threads=1)
     sampler = WindowSampler(load_corpus(base.data).train, base.model.seq_len, base.seed)
     client, cluster = connect(None, base)
     n_workers = len(cluster.workers)
@@ -90,7 +92,7 @@ def main() -> None:
         client.close()
         cluster.close()
     print(f"model={args.size} seq_len={args.seq_len} global_batch={args.global_batch} microbatch={args.microbatch} "
-          f"steps={args.steps} stages=2 peers=1 trainers={args.trainers} repeats={args.repeats}; torch threads: "
+          f"steps={args.steps} stages=2 peers=1 trainers={args.trainers} inflight={args.inflight} repeats={args.repeats}; torch threads: "
           f"plain 2 (and 1), each labkit peer 1; {n_workers} Dask workers")
     medians = {name: statistics.median(values) for name, values in results.items()}
     for name, values in results.items():
