@@ -135,9 +135,10 @@ def gather(c: Coordinator, method: str, calls: list[tuple[PeerHandle, tuple]], t
 
 def gather_gradients(c: Coordinator, times: BoundaryTimes) -> Gathered | None:
     """Every stage's live peers and their gradient sums, checked against the ledger's credits;
-    None if a peer had to be evicted. A peer holding more samples than credited is evicted only
-    when a trainer died mid-microbatch since the last step (its request may have accumulated
-    with no credit ever coming); otherwise the accounting broke, and the run stops loudly."""
+    None if a peer had to be evicted or drop its gradients. A peer holding more samples than
+    credited drops its gradients (its samples are recomputed) when a trainer died mid-microbatch
+    since the last step (its request may have accumulated with no credit ever coming); otherwise
+    the accounting broke, and the run stops loudly."""
     peers = [c.members.live(stage) for stage in range(c.cfg.stages)]
     taken = gather(c, "gradients", [(p, ()) for stage_peers in peers for p in stage_peers], times)
     if any(t is None for t in taken):
@@ -154,7 +155,7 @@ def gather_gradients(c: Coordinator, times: BoundaryTimes) -> Gathered | None:
                                    f"ledger credits {credited.get(p.name, 0)}")
         gathered.append((stage_peers, stage_taken))
     for name in orphaned:
-        c.members.evict(name, "holds gradients of a microbatch whose trainer died")
+        c.members.drop_gradients(name, "holds gradients of a microbatch whose trainer died")
     if orphaned:
         return None
     c.orphans = 0

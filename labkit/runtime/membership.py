@@ -158,6 +158,24 @@ class Membership:
             if may_have_accumulated:
                 self.evict(name, "timeout during backward")
 
+    def drop_gradients(self, name: str, reason: str) -> None:
+        """A peer holds gradients no credit will come for: it drops every accumulated gradient
+        (queued behind whatever reached it first) and the ledger withdraws its credits, so those
+        samples are recomputed. Its parameters are untouched, so it serves on: evicting it could
+        leave a stage with no peer. Evicted instead if it fails to drop them."""
+        with self.c.lock:
+            peer = self.peers.get(name)
+            if peer is None or self.c.closed:
+                return
+            try:
+                peer.call("clear_gradients").result(timeout=self.c.cfg.peer_timeout)
+            except Exception as exc:
+                self.evict(name, f"{reason}, and dropping them failed: {type(exc).__name__}: {exc}")
+                return
+            lost = self.c.ledger.withdraw(name)
+            self.c.emit(events.setting(self.c.clock(), name="gradients_dropped",
+                                       value=f"{name}: {reason}; {lost} samples to recompute"))
+
     def evict(self, name: str, reason: str) -> None:
         """Kill a peer for a fault, unless it is already gone (or the run is over)."""
         with self.c.lock:

@@ -154,7 +154,8 @@ class StagePeer(RequestQueue):
         """This peer's accumulated gradient sums and sample count (kept until the step clears them)."""
         return self.accum, self.samples
 
-    def _clear_gradients(self) -> None:
+    def clear_gradients(self) -> None:
+        """Drop the accumulated gradients and their sample count (the parameters stay)."""
         self.accum = [torch.zeros_like(p) for p in self.params]
         self.samples = 0
 
@@ -163,7 +164,7 @@ class StagePeer(RequestQueue):
 
         With delayed updates, adopt the parameters the previous step produced, then start this
         step in the background, so the next batch is computed one update behind."""
-        self._clear_gradients()
+        self.clear_gradients()
         if self.shadow is None:
             self._step(self.params, grads, step)
             return
@@ -202,7 +203,7 @@ class StagePeer(RequestQueue):
     def local_step(self, grads: list[torch.Tensor], samples: int, step: int) -> None:
         """DiLoCo inner step on this peer's own gradients, rescaled to a mean over its samples."""
         scale = self.cfg.global_batch / samples
-        self._clear_gradients()
+        self.clear_gradients()
         self._step(self.params, [g * scale for g in grads], step)
         self.outer.round_samples += samples
 

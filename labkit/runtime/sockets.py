@@ -12,6 +12,7 @@ once: the kernel closes a killed process's sockets, so its callers learn of the 
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import socket
 import threading
@@ -92,7 +93,11 @@ class SocketServer:
             pass
 
     def close(self) -> None:
-        """Stop listening and hang up on every caller (their waiting requests fail at once)."""
+        """Stop listening and hang up on every caller (their waiting requests fail at once).
+        The listener is shut down before it is closed: closing alone leaves a thread blocked in
+        accept() listening, so a new caller would connect and wait forever."""
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         with self._lock:
             connections, self._connections = list(self._connections), set()

@@ -79,8 +79,14 @@ class StepLedger:
         mb.in_flight = False
 
     def peer_lost(self, peer: str) -> int:
-        """Withdraw every credit held by `peer`; returns how many samples must be recomputed."""
+        """Withdraw every credit held by `peer`, and refuse its later ones; returns how many
+        samples must be recomputed."""
         self._dead.add(peer)
+        return self.withdraw(peer)
+
+    def withdraw(self, peer: str) -> int:
+        """Withdraw every credit held by `peer` (it dropped its gradients but serves on); returns
+        how many samples must be recomputed."""
         lost = 0
         for mb in self._mbs:
             for stage in [s for s, p in mb.credits.items() if p == peer]:

@@ -52,6 +52,9 @@ class FakePeer:
     def gradients(self) -> tuple[list[torch.Tensor], int]:
         return self.grads, self.samples
 
+    def clear_gradients(self) -> None:
+        self.grads, self.samples = [torch.zeros(2)], 0
+
     def optimizer_step(self, grads: list[torch.Tensor], step: int) -> None:
         self.applied.append(("optimizer_step", grads))
         self.grads, self.samples = [torch.zeros(2)], 0

@@ -106,18 +106,27 @@ def test_verbs_after_the_run_ended_are_refused_with_one_clear_error() -> None:
         c.set_compression("fp16")
 
 
-def test_gradients_of_a_dead_trainers_microbatch_evict_the_peer_that_holds_them() -> None:
+def test_gradients_of_a_dead_trainers_microbatch_are_dropped_and_their_samples_recomputed() -> None:
     """A trainer dies mid-microbatch: a peer accumulated its gradient, no credit will come. The
-    peer is evicted (its credits recomputed) instead of the run stopping on broken accounting."""
+    peer drops its gradients and its credits are recomputed (elsewhere or by itself); it is not
+    evicted, which could leave its stage empty, and the run does not stop on broken accounting."""
     c, peers, log = _coordinator()
     task, _ = c.next_task("t9")
     peers.made["s1p1"].accumulate([1.0, 1.0], 2)  # t9's loss request reached s1p1, then t9's worker died
     c.trainer_lost("t9", "its worker left")
-    _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0"]})
+    _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0", "s1p1"]})
+    credited = c.ledger.samples(1)["s1p1"]
     _boundary(c)
-    killed, = [e for e in log.history("peer") if e["state"] == "killed"]
-    assert killed["peer"] == "s1p1" and "trainer died" in killed["reason"]
-    assert not log.history("step"), "the step waits for the evicted peer's samples"
+    dropped, = [e for e in log.history("setting") if e["name"] == "gradients_dropped"]
+    assert dropped["value"].startswith("s1p1: holds gradients of a microbatch whose trainer died")
+    assert f"{credited} samples to recompute" in dropped["value"]
+    assert not [e for e in log.history("peer") if e["state"] == "killed"] and "s1p1" in c.members.peers
+    assert peers.made["s1p1"].samples == 0 and "s1p1" not in c.ledger.samples(1)
+    assert not log.history("step"), "the step waits for the dropped samples"
+    _play_step(c, peers, {0: ["s0p0"], 1: ["s1p1"]})  # they are recomputed, here by s1p1 itself
+    _boundary(c)
+    step, = log.history("step")
+    assert step["stage_samples"] == [8, 8]
 
 
 def test_a_lost_trainers_call_still_waiting_takes_no_microbatch() -> None:
