@@ -6,18 +6,18 @@ clamped silently. Pure Python (no torch), so the simulator and planners can read
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from labkit.config_checks import ConfigError
+from labkit.config_checks import check as _check
+from labkit.config_checks import is_int as _is_int
+from labkit.config_checks import is_number as _is_number
+from labkit.executor_config import ATOM_DEVICES, EXECUTORS, AtomConfig, TaskPoolConfig, check_executor
 
-class ConfigError(ValueError):
-    """A configuration value is not allowed; the message names the field, value and rule."""
-
-    def __init__(self, owner: str, name: str, value: object, allowed: str) -> None:
-        super().__init__(f"{owner}.{name}={value!r} is not allowed: {allowed}")
-        self.field = name
-        self.value = value
+__all__ = ["ATOM_DEVICES", "BOUNDARIES", "DTYPES", "EXECUTORS", "INNER_STATES", "MODEL_SIZES", "OPTIMIZERS",
+           "POSITIONS", "SYNC_MODES", "WIRE_CODECS", "AtomConfig", "CompressionConfig", "ConfigError", "DataConfig",
+           "ModelConfig", "RunConfig", "SyncConfig", "TaskPoolConfig", "even_split"]
 
 
 # name -> (layers, heads, hidden): the GPT-2 family of the DiLoCo-SWARM report plus `nano`,
@@ -36,19 +36,6 @@ MAX_WEIGHT_DECAY = 1.0  # decoupled decay per unit of learning rate
 MAX_WAIT = 86_400.0  # seconds: peer timeout and rebalancing period (a day)
 MAX_SEQ_LEN = 65_536  # context length; attention memory grows with its square
 DTYPES = ("float32", "float64", "bfloat16")
-
-
-def _check(ok: bool, owner: str, name: str, value: object, allowed: str) -> None:
-    if not ok:
-        raise ConfigError(owner, name, value, allowed)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -179,65 +166,6 @@ class SyncConfig:
         _check(self.inner_state in INNER_STATES, o, "inner_state", self.inner_state, f"one of {list(INNER_STATES)}")
 
 
-EXECUTORS = ("swarm", "atom", "taskpool")
-ATOM_DEVICES = ("cpu", "cuda")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AtomConfig:
-    """ATOM (seed 004): whole-model replicas, each swapping sub-models through a device budget.
-
-    Replicas draw microbatches of the step; when together they have processed the global batch
-    they average their gradients and all take the same optimizer step.
-    """
-
-    replicas: int = 2  # whole-model replicas training side by side
-    budget_mb: float | None = None  # device memory for sub-models and activations, in MB; None = the least that works
-    accumulation: int = 2  # C: microbatches each replica runs forward before backward (hides loading)
-    device: str = "cpu"  # where sub-models compute: "cpu" or "cuda" (the host holds the master copy)
-    prefetch: bool = True  # load the next sub-model while the current one computes
-
-    def __post_init__(self) -> None:
-        o = "AtomConfig"
-        _check(_is_int(self.replicas) and self.replicas >= 1, o, "replicas", self.replicas, "an integer >= 1")
-        _check(self.budget_mb is None or (_is_number(self.budget_mb) and self.budget_mb > 0), o, "budget_mb",
-               self.budget_mb, "None (the least budget that fits) or a finite number of MB > 0")
-        _check(_is_int(self.accumulation) and self.accumulation >= 1, o, "accumulation", self.accumulation, "an integer >= 1")
-        _check(self.device in ATOM_DEVICES, o, "device", self.device, f"one of {list(ATOM_DEVICES)}")
-        _check(isinstance(self.prefetch, bool), o, "prefetch", self.prefetch, "True or False")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TaskPoolConfig:
-    """Seed 002's parameter-server pipeline: per stage, reliable frontal and backward servers and
-    unreliable clients (the stage's `peers`); a task pool takes over a vanished client's work.
-
-    A task is overdue, and its client declared lost, `grace + slack x` its expected compute time
-    after it was handed out (the expected time from the client's speed measured when it joined).
-    """
-
-    frontal: int | tuple[int, ...] = 1  # frontal servers per stage (one number for all, or one per stage): hold the
-    # stage's inputs and split them over its clients
-    backward: int | tuple[int, ...] = 1  # backward servers per stage (one number or one per stage): collect outputs,
-    # route gradients back by the slice list, and shard the stage's parameters among them
-    slack: float = 3.0  # times a task's expected compute time before it is overdue (>= 1)
-    grace: float = 2.0  # seconds added to every deadline (>= 0)
-
-    def __post_init__(self) -> None:
-        o = "TaskPoolConfig"
-        for name in ("frontal", "backward"):
-            value = getattr(self, name)
-            counts = value if isinstance(value, tuple) else (value,)
-            _check(len(counts) >= 1 and all(_is_int(n) and n >= 1 for n in counts), o, name, value,
-                   "an integer >= 1, or a tuple of them, one per stage")
-        _check(_is_number(self.slack) and self.slack >= 1, o, "slack", self.slack, "a finite number >= 1")
-        _check(_is_number(self.grace) and self.grace >= 0, o, "grace", self.grace, "a finite number >= 0")
-
-    def servers(self, stage: int) -> tuple[int, int]:
-        """(frontal, backward) servers of `stage`."""
-        return tuple(v[stage] if isinstance(v, tuple) else v for v in (self.frontal, self.backward))  # type: ignore[return-value]
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunConfig:
     """One training run: model, data, swarm shape (or ATOM's replicas), batch, optimizer and run length.
@@ -337,28 +265,9 @@ class RunConfig:
         _check(self.executor in EXECUTORS, o, "executor", self.executor, f"one of {list(EXECUTORS)}")
         _check(isinstance(self.atom, AtomConfig), o, "atom", self.atom, "an AtomConfig")
         _check(isinstance(self.taskpool, TaskPoolConfig), o, "taskpool", self.taskpool, "a TaskPoolConfig")
-        if self.executor == "taskpool":  # clients compute slices with the servers' parameters: no codec, no DiLoCo
-            for name in ("frontal", "backward"):
-                value = getattr(self.taskpool, name)
-                _check(not isinstance(value, tuple) or len(value) == self.stages, o, f"taskpool.{name}", value,
-                       f"one number, or one per stage ({self.stages})")
-            _check(self.sync.mode == "allreduce", o, "sync", self.sync,
-                   "SyncConfig(mode='allreduce') with executor='taskpool' (the servers aggregate every pass)")
-            _check(self.compression.boundary == "none", o, "compression", self.compression,
-                   "boundary='none' with executor='taskpool' (slices cross stages as they are)")
-            _check(self.links is None, o, "links", self.links,
-                   "None with executor='taskpool' (its servers and clients talk directly; no trainer-peer requests)")
         _check(self.links is None or (isinstance(self.links, str) and self.links != ""), o, "links", self.links,
                "None or the path of a scenario file (regions, links, and where each stage's peers sit)")
-        if self.executor == "atom":  # whole-model replicas: no stages, so none of the stage-wise knobs
-            _check(not self.model.share_layers, o, "executor", self.executor,
-                   "'swarm' when model.share_layers is set (ATOM swaps the blocks of a whole model, none shared)")
-            _check(self.sync.mode == "allreduce", o, "sync", self.sync,
-                   "SyncConfig(mode='allreduce') with executor='atom' (replicas average at every global batch)")
-            _check(not self.delayed_updates, o, "delayed_updates", self.delayed_updates, "False with executor='atom'")
-            _check(self.compression.boundary == "none", o, "compression", self.compression,
-                   "boundary='none' with executor='atom' (no stage boundaries to compress)")
-            _check(self.links is None, o, "links", self.links, "None with executor='atom' (no trainer-peer requests)")
+        check_executor(self)
         if self.layer_split is None:
             object.__setattr__(self, "layer_split", even_split(self.model.n_layer, self.stages))
 

@@ -1,0 +1,31 @@
+"""What every config dataclass checks on construction: one `ConfigError` naming the field, the
+value and what is allowed. Pure Python, shared by labkit/config.py and labkit/executor_config.py."""
+
+from __future__ import annotations
+
+import math
+
+
+class ConfigError(ValueError):
+    """A configuration value is not allowed; the message names the field, value and rule."""
+
+    def __init__(self, owner: str, name: str, value: object, allowed: str) -> None:
+        super().__init__(f"{owner}.{name}={value!r} is not allowed: {allowed}")
+        self.field = name
+        self.value = value
+
+
+def check(ok: bool, owner: str, name: str, value: object, allowed: str) -> None:
+    """Raise `ConfigError` unless `ok`."""
+    if not ok:
+        raise ConfigError(owner, name, value, allowed)
+
+
+def is_int(value: object) -> bool:
+    """An int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> bool:
+    """A finite int or float that is not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
