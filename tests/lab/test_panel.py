@@ -48,13 +48,19 @@ def test_the_form_launches_a_run_whose_controls_and_charts_follow_it(small_run: 
     lab.close()
 
 
+def _launch_from_form(small_run: RunConfig, executor: str, values: dict[str, str]) -> tuple[labkit.lab.Lab, labkit.RunHandle]:
+    """A long run of `executor` launched by the panel's form with `values` typed in; the panel and its run."""
+    lab = labkit.lab.Lab(defaults=small_run.replace(steps=5000), hz=4)
+    lab.form.fields["executor"].value = executor
+    for name, value in values.items():
+        lab.form.fields[name].value = value
+    lab.form.launch_button.click()
+    return lab, lab.wait_attached(timeout=120)
+
+
 def test_the_form_launches_an_atom_run_whose_panel_draws_its_swaps_and_steers_its_replicas(
         small_run: RunConfig) -> None:
-    lab = labkit.lab.Lab(defaults=small_run.replace(steps=5000), hz=4)
-    lab.form.fields["executor"].value = "atom"
-    lab.form.fields["atom.replicas"].value = "2"
-    lab.form.launch_button.click()
-    run = lab.wait_attached(timeout=120)
+    lab, run = _launch_from_form(small_run, "atom", {"atom.replicas": "2"})
     assert run.config.executor == "atom" and lab.whatif is None  # the what-if scales a swarm's measured peers
     run.wait_for(step=2, timeout=120)
 
@@ -90,11 +96,7 @@ def test_the_form_launches_an_atom_run_whose_panel_draws_its_swaps_and_steers_it
 
 def test_the_form_launches_a_task_pool_run_whose_chart_follows_a_client_killed_from_its_row(
         small_run: RunConfig) -> None:
-    lab = labkit.lab.Lab(defaults=small_run.replace(steps=5000), hz=4)
-    lab.form.fields["executor"].value = "taskpool"
-    lab.form.fields["taskpool.backward"].value = "2"
-    lab.form.launch_button.click()
-    run = lab.wait_attached(timeout=120)
+    lab, run = _launch_from_form(small_run, "taskpool", {"taskpool.backward": "2"})
     assert run.config.executor == "taskpool" and run.config.taskpool.backward == 2 and lab.whatif is None
     assert set(lab.view.charts.boxes) == set(chart_names("taskpool"))
     run.wait_for(step=2, timeout=120)
