@@ -81,7 +81,7 @@ def step_boundary(c: Coordinator) -> None:
         start = time.perf_counter()
         sums = [sum_over_peers([g for g, _ in taken]) for _, taken in gathered]
         times.add("reduce", start)
-        applying = send(c, "optimizer_step", [(p, (sums[stage], step)) for stage, (peers, _) in enumerate(gathered)
+        applying = send("optimizer_step", [(p, (sums[stage], step)) for stage, (peers, _) in enumerate(gathered)
                                               for p in peers])
         if decision.switch_to is None:
             states = request_states(c)  # queued behind the step on each peer: one round trip for both
@@ -108,7 +108,7 @@ class Sent:
         self.method, self.futures, self.start = method, futures, start
 
 
-def send(c: Coordinator, method: str, calls: list[tuple[PeerHandle, tuple]]) -> Sent:
+def send(method: str, calls: list[tuple[PeerHandle, tuple]]) -> Sent:
     """Call `method` on each peer with its arguments, all at once, without waiting."""
     start = time.perf_counter()
     return Sent(method, [(p, p.call(method, *args)) for p, args in calls], start)
@@ -130,7 +130,7 @@ def collect(c: Coordinator, sent: Sent, times: BoundaryTimes, since: float | Non
 
 def gather(c: Coordinator, method: str, calls: list[tuple[PeerHandle, tuple]], times: BoundaryTimes) -> list[Any]:
     """Call `method` on each peer and wait for every answer (see `collect`)."""
-    return collect(c, send(c, method, calls), times)
+    return collect(c, send(method, calls), times)
 
 
 def gather_gradients(c: Coordinator, times: BoundaryTimes) -> Gathered | None:
@@ -235,7 +235,7 @@ def request_states(c: Coordinator) -> Sent:
     for p in c.members.peers.values():
         p.call("drop_stash")  # activations of abandoned attempts
     firsts = [stage_peers[0] for stage_peers in map(c.members.live, range(c.cfg.stages)) if stage_peers]
-    return send(c, "state", [(p, ()) for p in firsts])
+    return send("state", [(p, ()) for p in firsts])
 
 
 def _new_states(c: Coordinator, asked: Sent, times: BoundaryTimes) -> dict[int, dict[str, Any]]:

@@ -144,6 +144,7 @@ class TrainerLinks:
         self.scenario, self.trainer = scenario, trainer
         self._regions = stage_regions(scenario)
         self._links: dict[str, Link] = {}
+        self._lock = threading.Lock()  # a trainer's lanes share its links
 
     def region(self, peer: str) -> str:
         """Where peer `peer` (named `s{stage}p{k}`) sits."""
@@ -154,6 +155,7 @@ class TrainerLinks:
 
     def link(self, peer: str) -> Link:
         """The link to `peer` (made on first use)."""
-        if peer not in self._links:
-            self._links[peer] = Link(*region_link(self.scenario, self.scenario.trainer_region, self.region(peer)))
-        return self._links[peer]
+        with self._lock:
+            if peer not in self._links:
+                self._links[peer] = Link(*region_link(self.scenario, self.scenario.trainer_region, self.region(peer)))
+            return self._links[peer]
