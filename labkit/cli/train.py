@@ -2,7 +2,8 @@
 
 Shows a progress bar (step, loss, tokens/s), reports validation loss before and where the run
 ended, and leaves a run directory with events.jsonl, summary.json, config.json and checkpoint.pt.
-Exits 0 when the run finished or was stopped (Ctrl-C), 1 when it failed or diverged, 2 on a bad flag.
+Exits 0 when the run finished, 1 when it failed or diverged, 2 on a bad flag, and 130 (SIGINT: Ctrl-C)
+or 143 (SIGTERM) when a signal stopped it: at the next step boundary, with its checkpoint and summary.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from labkit.cli.args import int_in, out_dir
+from labkit.cli.interrupts import Interrupts
 from labkit.config import (ATOM_DEVICES, EXECUTORS, INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES,
                            AtomConfig, ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig, TaskPoolConfig)
 
@@ -182,13 +184,20 @@ def run_train(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"labkit train: error: {exc}", file=sys.stderr)
         return 2
+    with Interrupts() as interrupts:
+        try:
+            run, run_dir = _launch(args, cfg)
+        except (ValueError, OSError) as exc:
+            print(f"labkit train: error: {exc}", file=sys.stderr)
+            return 2
+        return _follow(args, cfg, run, run_dir, interrupts)
+
+
+def _follow(args: argparse.Namespace, cfg: RunConfig, run: RunHandle, run_dir: Path, interrupts: Interrupts) -> int:
+    """Draw the run's progress from its event stream until it ends (stopping it on a signal),
+    then print and write its summary and report; the exit code."""
     from tqdm import tqdm
 
-    try:
-        run, run_dir = _launch(args, cfg)
-    except (ValueError, OSError) as exc:
-        print(f"labkit train: error: {exc}", file=sys.stderr)
-        return 2
     shape = (f"ATOM, {cfg.atom.replicas} replicas on {cfg.atom.device}, C={cfg.atom.accumulation}"
              if cfg.executor == "atom" else
              f"{cfg.stages} stages x {list(cfg.peers_per_stage)} {'clients' if cfg.executor == 'taskpool' else 'peers'}, "
@@ -200,31 +209,32 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"labkit: Dask dashboard: {dashboard}")
     bar = tqdm(total=cfg.steps, unit="step", disable=args.no_progress, dynamic_ncols=True)
     tokens, t_first = 0, None
-    try:
-        while not (run.done and events.empty()):
-            try:
-                event = events.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if event["type"] == "step":
-                if t_first is None:
-                    t_first = event["t"]
-                    bar.n = event["step"] - 1
-                else:
-                    tokens += event["tokens"]
-                rate = tokens / (event["t"] - t_first) if event["t"] > t_first else 0.0
-                bar.set_postfix(loss=f"{event['loss']:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
-                bar.update(event["step"] - bar.n)
-            elif event["type"] == "eval":
-                tqdm.write(f"step {event['step']:>5}  validation loss {event['val_loss']:.4f}")
-            elif event["type"] == "setting" and event["name"] == "atom_partition":
-                v = event["value"]
-                tqdm.write(f"atom: sub-models of {v['sizes']} layers in a budget of {v['budget_bytes'] / 1e6:.2f} MB "
-                           f"(the whole model's parameters and gradients: {v['model_bytes'] / 1e6:.2f} MB)")
-            elif event["type"] == "run" and event["state"] in ("paused", "resumed", "failed"):
-                tqdm.write(f"run {event['state']}: {event['reason']}")
-    except KeyboardInterrupt:
-        run.stop()
+    stopping = False
+    while not (run.done and events.empty()):
+        if interrupts.received and not stopping:
+            stopping = True
+            run.stop()
+        try:
+            event = events.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        if event["type"] == "step":
+            if t_first is None:
+                t_first = event["t"]
+                bar.n = event["step"] - 1
+            else:
+                tokens += event["tokens"]
+            rate = tokens / (event["t"] - t_first) if event["t"] > t_first else 0.0
+            bar.set_postfix(loss=f"{event['loss']:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
+            bar.update(event["step"] - bar.n)
+        elif event["type"] == "eval":
+            tqdm.write(f"step {event['step']:>5}  validation loss {event['val_loss']:.4f}")
+        elif event["type"] == "setting" and event["name"] == "atom_partition":
+            v = event["value"]
+            tqdm.write(f"atom: sub-models of {v['sizes']} layers in a budget of {v['budget_bytes'] / 1e6:.2f} MB "
+                       f"(the whole model's parameters and gradients: {v['model_bytes'] / 1e6:.2f} MB)")
+        elif event["type"] == "run" and event["state"] in ("paused", "resumed", "failed"):
+            tqdm.write(f"run {event['state']}: {event['reason']}")
     summary = run.wait()
     bar.close()
     print(json.dumps({k: summary.get(k) for k in ("status", "steps", "val_loss_before", "val_loss_after",
@@ -234,7 +244,8 @@ def run_train(args: argparse.Namespace) -> int:
         from labkit.lab.report import write_report  # altair and vl-convert: 2 s to import, only here
 
         print(f"report: {write_report(run_dir)}")
-    return _report(summary, run_dir)
+    code = _report(summary, run_dir)
+    return interrupts.exit_code if code == 0 and interrupts.received else code
 
 
 def _report(summary: dict[str, Any], run_dir: Path) -> int:
@@ -246,7 +257,7 @@ def _report(summary: dict[str, Any], run_dir: Path) -> int:
         print(f"labkit train: error: the run diverged: {summary.get('reason')}, saved in {summary.get('checkpoint')}",
               file=sys.stderr)
         return 1
-    print(f"{_validation(summary)}; run directory: {run_dir}")
+    print(f"{_validation(summary)}; run directory: {run_dir}, checkpoint: {summary.get('checkpoint')}")
     return 0
 
 

@@ -10,10 +10,8 @@ resume where the shapes agree.
 
 from __future__ import annotations
 
-import atexit
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -27,20 +25,8 @@ from labkit.data import Corpus, load_corpus
 from labkit.model.assembly import initial_states
 from labkit.runtime.checkpoint import load_checkpoint
 from labkit.runtime.evaluate import Validation
-from labkit.runtime.handle import RunHandle, Snapshot, ended_summary, leave_record, open_record
+from labkit.runtime.handle import JOIN_SECONDS, RunHandle, Snapshot, ended_summary, leave_record, open_record
 from labkit.runtime.totals import RunTotals
-
-JOIN_SECONDS = 60.0  # how long the end of a run waits for the core's threads to leave their work
-_LIVE: weakref.WeakSet[CoreRun] = weakref.WeakSet()  # runs a process exit must stop first
-
-
-@atexit.register
-def _stop_live_runs() -> None:
-    """At exit, stop every run still live and wait for its thread: a daemon thread still in torch
-    when the interpreter finalizes aborts the process ("terminate called without an active exception")."""
-    for run in list(_LIVE):
-        run.stop()
-        run.wait(JOIN_SECONDS)
 
 
 class RunCore(Protocol):
@@ -103,18 +89,7 @@ class CoreRun(RunHandle):
         self._snapshots: list[Future] = []
         self._lock = threading.Lock()
         self._started = time.time()  # the wall clock, which a core's remote workers share
-        self._thread = threading.Thread(target=self._main, name=f"{executor}-run", daemon=True)
-        self._thread.start()
-        _LIVE.add(self)
-
-    def wait(self, timeout: float | None = None) -> dict[str, Any]:
-        """Block until the run ends and its thread has let go of everything (or `timeout` seconds
-        pass); return the summary so far."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        summary = super().wait(timeout)
-        if self.done:
-            self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        return summary
+        self._start_thread(self._main, f"{executor}-run")
 
     def _clock(self) -> float:
         return time.time() - self._started

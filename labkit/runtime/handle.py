@@ -20,9 +20,11 @@ written once, here, with its argument checks.
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -40,6 +42,17 @@ from labkit.runtime.totals import RunTotals
 STEERING_VERBS = ("stop", "kill_peer", "add_peer", "move_peer", "rebalance", "set_layer_split", "set_peer_delay",
                   "peer_state", "set_compression", "set_sync")
 EventMatch = str | Mapping[str, Any] | Callable[[Event], bool]
+JOIN_SECONDS = 60.0  # how long the end of a run (or of the process) waits for a run's threads to let go
+_LIVE: weakref.WeakSet[RunHandle] = weakref.WeakSet()  # runs a process exit must stop first
+
+
+@atexit.register
+def _stop_live_runs() -> None:
+    """At exit, stop every run still live and wait for its thread: a daemon thread still in torch
+    when the interpreter finalizes aborts the process ("terminate called without an active exception")."""
+    for run in list(_LIVE):
+        run.stop()
+        run.wait(JOIN_SECONDS)
 
 
 class Snapshot(NamedTuple):
@@ -126,6 +139,13 @@ class RunHandle(ABC):
     events: EventLog
     _done: threading.Event
     _summary: dict[str, Any]
+    _thread: threading.Thread
+
+    def _start_thread(self, target: Callable[[], None], name: str) -> None:
+        """Run the run's life (`target`) on its own thread; a process exit stops and waits for it."""
+        self._thread = threading.Thread(target=target, name=name, daemon=True)
+        self._thread.start()
+        _LIVE.add(self)
 
     # -- what a backend provides -------------------------------------------------------------
     @abstractmethod
@@ -151,8 +171,11 @@ class RunHandle(ABC):
         return self._done.is_set()
 
     def wait(self, timeout: float | None = None) -> dict[str, Any]:
-        """Block until the run ends (or `timeout` seconds pass); return the summary so far."""
-        self._done.wait(timeout)
+        """Block until the run ends and its thread has let go of everything (or `timeout` seconds
+        pass); return the summary so far."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._done.wait(timeout):
+            self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return dict(self._summary)
 
     def summary(self) -> dict[str, Any]:

@@ -55,7 +55,7 @@ class LocalRun(RunHandle):
         self._final = False  # the run has ended: snapshots are taken at once, of the final state
         self._lock = threading.Lock()
         self._started = time.perf_counter()
-        threading.Thread(target=self._main, name="labkit-run", daemon=True).start()
+        self._start_thread(self._main, "labkit-run")
 
     # -- life cycle ----------------------------------------------------------------------------
     def _main(self) -> None:

@@ -7,6 +7,7 @@ a hard deadline, and a failure says what answered at the address.
 
 from __future__ import annotations
 
+import logging
 import socket
 from functools import partial
 from concurrent.futures import Future
@@ -20,18 +21,21 @@ from labkit.runtime.background import in_background
 
 CONNECT_TIMEOUT = 10  # seconds to reach a given scheduler
 SPARE_WORKERS = 1  # an embedded cluster's workers beyond peers, trainers and coordinator: room for add_peer
+DETACH = "labkit.backends.dask.detach"  # workers in process groups of their own: a Ctrl-C is the driver's
 _HINT = "give the address `dask scheduler` prints, like tcp://10.0.0.5:8786"
 
 
 def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> tuple[Client, LocalCluster | None]:
     """A client of the cluster at `scheduler`, or of a new embedded `LocalCluster` of worker
     processes: one per peer and trainer, one for the coordinator and `SPARE_WORKERS` more (with
-    executor='atom': one per replica; 'taskpool': one per client; and `SPARE_WORKERS` more)."""
+    executor='atom': one per replica; 'taskpool': one per client; and `SPARE_WORKERS` more), each
+    in a process group of its own (`DETACH`), so that a Ctrl-C stops the run instead of its workers."""
     if scheduler is None:
         workers = SPARE_WORKERS + {"atom": cfg.atom.replicas, "taskpool": sum(cfg.peers_per_stage)}.get(
             cfg.executor, sum(cfg.peers_per_stage) + cfg.trainers + 1)
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
-                               dashboard_address=f"{host}:0")
+                               dashboard_address=f"{host}:0", preload=[DETACH],
+                               silence_logs=logging.CRITICAL)  # its shutdown chatter; faults are the run's events
         return Client(cluster), cluster
     # a daemon thread: a handshake that never ends must not keep the process alive at exit
     attempt = in_background(partial(Client, scheduler, timeout=CONNECT_TIMEOUT), name="labkit-connect")

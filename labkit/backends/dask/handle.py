@@ -53,8 +53,7 @@ class DaskRun(RunHandle):
         self._summary: dict[str, Any] = {}
         self._ready, self._done, self._stop = threading.Event(), threading.Event(), threading.Event()
         self._started = time.perf_counter()
-        self._thread = threading.Thread(target=self._main, args=(scheduler, checkpoint, host), name="labkit-run", daemon=True)
-        self._thread.start()
+        self._start_thread(lambda: self._main(scheduler, checkpoint, host), "labkit-run")
 
     # -- life cycle ----------------------------------------------------------------------------
     def _main(self, scheduler: str | None, checkpoint: dict[str, Any] | None, host: str) -> None:
