@@ -13,6 +13,11 @@ class ConfigError(ValueError):
         super().__init__(f"{owner}.{name}={value!r} is not allowed: {allowed}")
         self.field = name
         self.value = value
+        self._parts = (owner, name, value, allowed)
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, object, str]]:
+        """Pickled with its four parts (a Dask run raises it on a worker and again on the driver)."""
+        return ConfigError, self._parts
 
 
 def check(ok: bool, owner: str, name: str, value: object, allowed: str) -> None:

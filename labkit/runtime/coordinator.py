@@ -9,6 +9,7 @@ whenever the ledger says every stage holds exactly the global batch.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ from labkit.swarm.sync import SyncSchedule
 from labkit.wire import get_codec
 
 LOAD_PERIOD = 0.25  # seconds between `load` events (each live peer's queue length)
+STOP_GRACE = 5.0  # seconds a stopping run waits for microbatches in flight before crashing its peers
 
 Evaluate = Callable[[RunConfig, list[dict[str, Any]]], float]  # validation loss of committed stage states
 
@@ -118,16 +120,24 @@ class Coordinator:
         self.stop()
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait for the trainers and the boundary to end, then stop the peers and the backend."""
+        """Wait for the trainers and the boundary to end, then stop the peers and the backend.
+        The microbatches in flight get `STOP_GRACE` seconds (their work is not committed anyway):
+        then the peers are crashed, which ends every request, a slowed-down peer's too."""
+        grace = time.monotonic() + STOP_GRACE
+        for trainer in self.trainers:
+            trainer.join(max(0.0, grace - time.monotonic()))
+        late = any(trainer.alive() for trainer in self.trainers)
+        if not late and self.lock.acquire(timeout=max(0.0, grace - time.monotonic())):
+            self.closed = True
+            self.lock.release()
+        else:  # a boundary waiting on a slow peer may hold the lock: a flag, and the peers from a copy
+            late, self.closed = True, True  # the directory is empty from now on: trainers stop retrying
+        for p in list(self.members.peers.values()):
+            p.kill() if late else p.close()
         for trainer in self.trainers:
             trainer.join(timeout)
         if self._boundary.is_alive():
             self._boundary.join(timeout)
-        with self.lock:
-            self.closed = True
-            peers = list(self.members.peers.values())
-        for p in peers:
-            p.close()
         self.factory.close()
 
     # -- work for trainers (the WorkSource port) -----------------------------------------------

@@ -9,6 +9,7 @@ write leaves no temporary file behind.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
@@ -50,7 +51,7 @@ def write_atomic(path: str | Path, write: Callable[[Path], None], what: str) -> 
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{what} path {str(path)!r} is a directory: give the path of a file")
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")  # its own: two writers of one path both finish
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write(tmp)

@@ -226,15 +226,22 @@ class RunHandle(ABC):
 
     def kill_peer(self, peer: str) -> None:
         """Crash a peer: its queue and accumulated gradients are lost and recomputed elsewhere."""
-        self._verb("kill_peer", peer)
+        self._verb("kill_peer", _peer_name(peer))
 
     def add_peer(self, stage: int | None = None) -> str:
         """Start a peer on `stage` (None: the stage the rebalancing rule picks); returns its name."""
-        return self._verb("add_peer", stage)
+        return self._verb("add_peer", None if stage is None else self._stage(stage))
 
     def move_peer(self, peer: str, stage: int) -> str:
         """Move a peer to `stage` (it downloads that stage's state); returns its new name."""
-        return self._verb("move_peer", peer, stage)
+        return self._verb("move_peer", _peer_name(peer), self._stage(stage))
+
+    def _stage(self, stage: object) -> int:
+        """`stage` if it names one of the run's stages; else one ValueError saying which do."""
+        last = self.config.stages - 1
+        if not (isinstance(stage, int) and not isinstance(stage, bool) and 0 <= stage <= last):
+            raise ValueError(f"stage={stage!r} is not allowed: an integer in [0, {last}]")
+        return stage
 
     def rebalance(self) -> str | None:
         """Run one round of Algorithm 2 now; returns the moved peer's new name, or None."""
@@ -242,17 +249,19 @@ class RunHandle(ABC):
 
     def set_layer_split(self, split: list[int] | tuple[int, ...]) -> None:
         """Move blocks between stages at the next step boundary, with their optimizer state."""
-        self._verb("set_layer_split", tuple(split))
+        if not isinstance(split, (list, tuple)):
+            raise ValueError(f"split={split!r} is not allowed: a list of blocks per stage, e.g. [3, 1]")
+        self._verb("set_layer_split", self.config.replace(layer_split=tuple(split)).layer_split)
 
     def set_peer_delay(self, peer: str, seconds: float) -> None:
         """Slow a peer down by `seconds` per request (to watch the router shift traffic away)."""
-        if not (isinstance(seconds, (int, float)) and 0 <= seconds < 60):
+        if not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 <= seconds < 60):
             raise ValueError(f"seconds={seconds!r} is not allowed: a number in [0, 60)")
-        self._verb("set_peer_delay", peer, seconds)
+        self._verb("set_peer_delay", _peer_name(peer), float(seconds))
 
     def peer_state(self, peer: str) -> dict[str, Any]:
         """A copy of one peer's parameters and optimizer state (to compare replicas of a stage)."""
-        return self._verb("peer_state", peer)
+        return self._verb("peer_state", _peer_name(peer))
 
     def set_compression(self, codec: str) -> None:
         """Switch the wire codec of activations and their gradients (fp32, fp16, bf16, int8) now."""
@@ -267,7 +276,16 @@ class RunHandle(ABC):
 
     def checkpoint(self, path: str | Path) -> Future:
         """Save the whole run at the next step boundary; the future resolves to the path."""
+        if not isinstance(path, (str, Path)) or not str(path) or Path(path).is_dir():
+            raise ValueError(f"path={path!r} is not allowed: the path of a file to write the checkpoint to")
         return then(self.snapshot(), lambda snap: snap.save(path))
+
+
+def _peer_name(peer: object) -> str:
+    """`peer` if it can be a peer's name (a string; whether such a peer lives, the run answers)."""
+    if not isinstance(peer, str) or not peer:
+        raise ValueError(f"peer={peer!r} is not allowed: a peer's name, e.g. 's0p1' (see run.state())")
+    return peer
 
 
 def _wanted(step: int | None, event: EventMatch | None) -> str:

@@ -30,13 +30,13 @@ class Membership:
 
     # -- the registry (what trainers route over) ----------------------------------------------
     def registry(self) -> dict[str, tuple[int, int]]:
-        """Live peers: name -> (stage, announce epoch)."""
+        """Live peers: name -> (stage, announce epoch); none once the run closed."""
         with self.c.lock:
-            return {name: (p.stage, self._epochs[name]) for name, p in self.peers.items()}
+            return {} if self.c.closed else {name: (p.stage, self._epochs[name]) for name, p in self.peers.items()}
 
     def peer(self, name: str) -> PeerHandle | None:
         with self.c.lock:
-            return self.peers.get(name)
+            return None if self.c.closed else self.peers.get(name)
 
     def live(self, stage: int) -> list[PeerHandle]:
         """Live peers of `stage`, by name."""
@@ -52,15 +52,21 @@ class Membership:
                 raise KeyError(f"no live peer named {name!r}; live peers: {sorted(self.peers)}")
             return peer
 
-    def spawn(self, stage: int, state: dict[str, Any], source: PeerHandle | None = None) -> str:
-        """Start the next peer of `stage` with `state` (or `source`'s, downloaded); returns its name."""
-        name = f"s{stage}p{self._counter[stage]}"
-        self._counter[stage] += 1
-        self.peers[name] = self.c.factory.start_peer(name, stage, None if source else state, source=source,
-                                                     delay=0.0, running=self.c.running)
-        self._epochs[name] = 0
-        self.c.emit(events.peer(self.c.clock(), peer=name, stage=stage, state="joined", queue=0))
+    def spawn(self, stage: int, state: dict[str, Any]) -> str:
+        """Start the next peer of `stage` with `state`, before the run starts; returns its name."""
+        name = self._next_name(stage)
+        self._enter(name, self.c.factory.start_peer(name, stage, state, source=None, delay=0.0, running=False))
         return name
+
+    def _next_name(self, stage: int) -> str:
+        self._counter[stage] += 1
+        return f"s{stage}p{self._counter[stage] - 1}"
+
+    def _enter(self, name: str, peer: PeerHandle) -> None:
+        """`peer` is in the run (lock held): trainers route to it, the ledger may credit it."""
+        self.peers[name] = peer
+        self._epochs[name] = 0
+        self.c.emit(events.peer(self.c.clock(), peer=name, stage=peer.stage, state="joined", queue=0))
 
     def rebuild(self, bounds: list[tuple[int, int]]) -> None:
         """Replace every peer by one of the same name holding its stage's committed state under
@@ -70,10 +76,16 @@ class Membership:
             old.close()
             self.peers[name] = self.c.factory.start_peer(name, old.stage, self.c.snapshots[old.stage], source=None,
                                                          delay=old.delay, running=self.c.running)
+            if self.c.running:
+                self.c.factory.admit(self.peers[name])
 
     # -- verbs -------------------------------------------------------------------------------
     def add_peer(self, stage: int | None = None) -> str:
-        """Start a peer on `stage` (None: the stage Algorithm 2 picks) with a neighbour's state."""
+        """Start a peer on `stage` (None: the stage Algorithm 2 picks) with a neighbour's state.
+
+        The start (a worker's imports, the model, the state download: seconds on Dask) runs
+        without the coordinator's lock, so steps and faults go on meanwhile; the peer enters
+        under the lock, with the state committed since if a step was taken meanwhile."""
         c = self.c
         with c.lock:
             c.live_or_raise("add_peer")
@@ -81,14 +93,34 @@ class Membership:
                 stage = join_stage({p.name: (p.stage, p.queue_length) for p in self.peers.values()}, c.cfg.stages)
             if not (isinstance(stage, int) and 0 <= stage < c.cfg.stages):
                 raise ValueError(f"stage={stage!r} is not allowed: an integer in [0, {c.cfg.stages - 1}] or None")
+            name, step, bounds, state = self._next_name(stage), c.ledger.step, self.bounds, c.snapshots[stage]
             neighbours = self.live(stage)
-            name = self.spawn(stage, c.snapshots[stage], source=neighbours[0] if neighbours else None)
+        try:
+            peer = c.factory.start_peer(name, stage, None if neighbours else state,
+                                        source=neighbours[0] if neighbours else None, delay=0.0, running=c.running)
+        except Exception:
+            if not neighbours:
+                raise
+            # the neighbour (or the worker) may have died during the download: the committed state, afresh
+            peer = c.factory.start_peer(name, stage, state, source=None, delay=0.0, running=c.running)
+        with c.lock:
+            try:
+                c.live_or_raise("add_peer")
+                if self.bounds != bounds:
+                    raise RuntimeError(f"the layer split changed while {name} started: add it again")
+                if c.ledger.step != step:
+                    peer.call("load_state", c.snapshots[stage]).result(c.cfg.peer_timeout)
+            except Exception:
+                peer.kill()
+                raise
+            self._enter(name, peer)
             if stage in c.paused:
                 c.paused.discard(stage)
                 if not c.paused:
                     c.emit(events.run(c.clock(), state="resumed", reason=f"{name} joined stage {stage}"))
             c.cond.notify_all()
-            return name
+        c.factory.admit(peer)
+        return name
 
     def kill_peer(self, name: str) -> None:
         """Crash a peer: its queue, stashed activations and accumulated gradients are gone."""
@@ -113,10 +145,10 @@ class Membership:
             if len(self.live(peer.stage)) < 2:
                 raise ValueError(f"moving {name} would leave stage {peer.stage} without peers")
             _, lost = self._remove(name)
-            new = self.add_peer(stage)
-            c.emit(events.peer(c.clock(), peer=name, stage=peer.stage, state="moved", queue=0)
-                   | {"to": new, "to_stage": stage, "lost_samples": lost})
-            return new
+        new = self.add_peer(stage)
+        c.emit(events.peer(c.clock(), peer=name, stage=peer.stage, state="moved", queue=0)
+               | {"to": new, "to_stage": stage, "lost_samples": lost})
+        return new
 
     def _remove(self, name: str) -> tuple[PeerHandle, int]:
         """Take a peer out of the run; its credited samples go back to the ledger."""

@@ -8,7 +8,7 @@ Killing a peer drops its queue, its stash and its accumulated gradients, as a cr
 
 from __future__ import annotations
 
-import time
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -47,10 +47,12 @@ class StagePeer(RequestQueue):
         self.worker = "local"  # where the peer runs (a Dask worker's address for remote peers)
         self.delay = 0.0  # extra seconds per request: makes a peer slow on purpose (demos, tests)
         self._stash: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self._killed = threading.Event()  # ends an artificial delay at once
         super().__init__(f"peer-{name}", lambda: PeerDied(name))
 
     def kill(self) -> None:
         """Crash: stop answering, drop queued work, stashed activations and accumulated gradients."""
+        self._killed.set()
         super().kill()
         self._stash.clear()
         self.accum = []
@@ -69,9 +71,10 @@ class StagePeer(RequestQueue):
         self.delay = float(seconds)
 
     def _slow_down(self) -> None:
-        """The artificial delay of a slowed-down peer, on data requests only (not on syncs)."""
-        if self.delay:
-            time.sleep(self.delay)
+        """The artificial delay of a slowed-down peer, on data requests only (not on syncs); a
+        kill ends it (and the request) at once."""
+        if self.delay and self._killed.wait(self.delay):
+            raise PeerDied(self.name)
 
     def _decode(self, x: torch.Tensor | Encoded) -> torch.Tensor:
         """A tensor as received: decoded if it came through a wire codec (token ids come raw)."""

@@ -68,6 +68,9 @@ class TrainerHandle(Protocol):
 
     def join(self, timeout: float | None = None) -> None: ...
 
+    def alive(self) -> bool:
+        """Whether the loop still works (a join that timed out left it running)."""
+
 
 class Directory(Protocol):
     """Who serves which stage, as trainers discover it."""
@@ -114,8 +117,13 @@ class PeerFactory(Protocol):
 
     def start_peer(self, name: str, stage: int, state: dict[str, Any] | None, *, source: PeerHandle | None,
                    delay: float, running: bool) -> PeerHandle:
-        """A running peer of `stage` holding `state`, or downloading it from the live `source`.
-        `running`: the run has started, so the peer must be ready before this returns."""
+        """A peer of `stage` holding `state`, or downloading it from the live `source`. Before the
+        run starts (`running` False) it serves at once; mid-run it holds its state when this
+        returns (called without the coordinator's lock: a start takes seconds) and serves
+        trainers once `admit`ted."""
+
+    def admit(self, peer: PeerHandle) -> None:
+        """A peer started mid-run is now in the run's membership: let trainers find it."""
 
     def start_trainers(self, count: int) -> list[TrainerHandle]:
         """`count` trainers (not yet started) taking work from the coordinator."""

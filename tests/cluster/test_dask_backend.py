@@ -29,6 +29,8 @@ from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
 from labkit.backends.dask.workers import cluster_workers
 from labkit.config import ModelConfig, RunConfig
 from tests.integration.test_links import check_links, linked_run, two_continents
+from tests.integration.test_faults import check_stop_is_bounded
+from tests.integration.test_verb_inputs import check_verb_inputs
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.model.assembly import initial_states
@@ -311,3 +313,15 @@ def test_diloco_averages_pseudo_gradients_across_processes(cluster, small_run: R
     assert [(e["step"], e["stage"], e["kind"], e["peers"]) for e in syncs] == [
         (2, 0, "diloco", 2), (2, 1, "diloco", 2), (4, 0, "diloco", 2), (4, 1, "diloco", 2)]
     assert_exact_accounting(run, cfg)
+
+
+def test_bad_verb_arguments_are_refused_as_in_process(cluster, small_run: RunConfig, tmp_path: Path) -> None:
+    """The same bad calls as in-process give the same errors and leave the run stepping (a bad
+    split once ended a Dask run: its ConfigError could not be unpickled on the driver)."""
+    run = labkit.launch(small_run.replace(steps=10_000), backend="dask", scheduler=cluster.scheduler_address)
+    check_verb_inputs(run, tmp_path)
+
+
+def test_stop_is_bounded_whatever_a_peers_delay_on_dask(cluster, small_run: RunConfig) -> None:
+    check_stop_is_bounded(labkit.launch(small_run.replace(steps=10_000), backend="dask",
+                                        scheduler=cluster.scheduler_address))

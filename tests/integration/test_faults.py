@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
 import labkit
 from labkit.config import RunConfig
+from labkit.runtime.coordinator import STOP_GRACE
 from tests.waiting import wait_until
 
 
@@ -153,3 +156,20 @@ def test_events_follow_the_schema(small_run: RunConfig) -> None:
     assert {e["state"] for e in history if e["type"] == "run"} <= set(events.RUN_STATES)
     assert {e["direction"] for e in history if e["type"] == "hop"} == set(events.DIRECTIONS)
     assert all(isinstance(e["t"], float) for e in history)
+
+
+def check_stop_is_bounded(run: labkit.RunHandle) -> None:
+    """A peer slowed to 59.9 s a request: the run still ends within `STOP_GRACE` and a margin of
+    stop(), at the last committed step (shared with the Dask test)."""
+    run.wait_for(step=2, timeout=240)
+    run.set_peer_delay("s0p0", 59.9)
+    run.wait_for(event={"type": "hop", "peer": "s0p1"}, timeout=60)  # traffic goes on around it
+    asked = time.monotonic()
+    run.stop()
+    summary = run.wait(STOP_GRACE + 25)
+    assert run.done, f"not ended {time.monotonic() - asked:.1f} s after stop(): {run.state()}"
+    assert summary["status"] == "stopped" and summary["steps"] >= 2, summary
+
+
+def test_stop_is_bounded_whatever_a_peers_delay(small_run: RunConfig) -> None:
+    check_stop_is_bounded(labkit.launch(small_run.replace(steps=10_000)))

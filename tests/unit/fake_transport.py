@@ -80,6 +80,9 @@ class FakePeer:
     def state(self) -> dict[str, Any]:
         return {**self.state_, "steps_taken": len(self.applied)}
 
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.state_ = dict(state)
+
     def set_delay(self, seconds: float) -> None:
         self.delay = seconds
 
@@ -97,6 +100,8 @@ class FakePeers:
     def __init__(self) -> None:
         self.coordinator: Any = None
         self.made: dict[str, FakePeer] = {}
+        self.admitted: list[str] = []
+        self.starting: Any = None  # a callable run inside start_peer: a test holds a start there
         self.ticks = 0.0
 
     def clock(self) -> float:
@@ -109,8 +114,13 @@ class FakePeers:
     def start_peer(self, name: str, stage: int, state: dict[str, Any] | None, *, source: FakePeer | None,
                    delay: float, running: bool) -> FakePeer:
         peer = FakePeer(name, stage, source.state() if source is not None else dict(state))
+        if self.starting is not None:
+            self.starting()
         self.made[name] = peer
         return peer
+
+    def admit(self, peer: FakePeer) -> None:
+        self.admitted.append(peer.name)
 
     def start_trainers(self, count: int) -> list:
         return []

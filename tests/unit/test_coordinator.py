@@ -158,3 +158,31 @@ def test_a_lost_trainer_hands_back_the_microbatch_of_every_lane() -> None:
     assert c.next_task("t1#1/0") is None
     again = {c.next_task(f"t3#1/{k}")[0].microbatch for k in range(2)}
     assert again == {t.microbatch for t in held} and not again & {t.microbatch for t in others}
+
+
+def test_a_joiner_starts_without_the_lock_and_enters_with_the_state_committed_meanwhile() -> None:
+    """A start takes seconds on Dask (a worker's imports, the state download): steps go on while
+    it runs, and the joiner enters holding the state of the step committed meanwhile."""
+    c, peers, log = _coordinator()
+    c.running = True
+    started, release = threading.Event(), threading.Event()
+
+    def slow_start() -> None:
+        started.set()
+        assert release.wait(10)
+
+    peers.starting = slow_start
+    joined: list[str] = []
+    adder = threading.Thread(target=lambda: joined.append(c.members.add_peer(0)))
+    adder.start()
+    assert started.wait(10)
+    assert c.lock.acquire(timeout=1), "the coordinator's lock is held during a peer's start"
+    c.lock.release()
+    _play_step(c, peers, {0: ["s0p0", "s0p1"], 1: ["s1p0"]})
+    _boundary(c)
+    assert c.ledger.step == 1 and "s0p2" not in c.members.peers
+    release.set()
+    adder.join(10)
+    assert joined == ["s0p2"] and peers.admitted == ["s0p2"]
+    assert peers.made["s0p2"].state_ == c.snapshots[0] and c.snapshots[0]["steps_taken"] == 1
+    assert [e["peer"] for e in log.history("peer") if e["state"] == "joined"][-1] == "s0p2"

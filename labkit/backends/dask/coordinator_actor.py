@@ -8,6 +8,7 @@ here and report hops and faults, over the coordinator's data plane.
 from __future__ import annotations
 
 import asyncio
+import pickle
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -23,6 +24,16 @@ from labkit.runtime.local_run import LocalRun
 from labkit.runtime.sockets import SocketServer
 
 TRAINER_CALLS = ("next_task", "finish", "stage_empty", "peer_timed_out", "peer_failed", "fail")  # what trainers ask
+
+
+def portable(exc: Exception) -> Exception:
+    """`exc` if the driver can unpickle it, else a RuntimeError with its type and message: an
+    error the driver cannot rebuild would never reach the caller, and the verb would hang."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+    return exc
 
 
 class CoordinatorActor:
@@ -49,7 +60,10 @@ class CoordinatorActor:
     async def verb(self, name: str, *args: Any) -> Any:
         if name not in STEERING_VERBS + ("state", "summary"):
             raise ValueError(f"verb={name!r} is not allowed: one of {list(STEERING_VERBS)} or state, summary")
-        return await self._off(getattr(self.run, name), *args)
+        try:
+            return await self._off(getattr(self.run, name), *args)
+        except Exception as exc:
+            raise portable(exc) from None
 
     async def done(self) -> bool:
         """Whether the run is over (then its trainers are gone, and so is their data plane)."""

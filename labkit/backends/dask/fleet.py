@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 
 WORKER_CHECK = 0.5  # seconds between asking the scheduler which workers are still there
+JOIN_TRIES = 3  # a worker that joined mid-run but failed this often to start a peer is left alone
 
 
 class NoFreeWorker(RuntimeError):
@@ -66,6 +67,10 @@ class RemoteTrainer:
                 return
             time.sleep(0.2)
 
+    def alive(self) -> bool:
+        """Whether the trainer may still work (no join has seen its loop end)."""
+        return self._future is not None
+
 
 class DaskPeers:
     """A `PeerFactory` whose peers and trainers are actors on the workers of `client`'s cluster.
@@ -83,6 +88,9 @@ class DaskPeers:
         self._last_seen: dict[str, float] = {}
         self._placed: dict[str, str] = {self.here: "coordinator"}  # worker address -> what runs there
         self._initial_workers = set(cluster_workers(client))
+        self._placing = threading.Lock()
+        self._joining: set[str] = set()  # workers that joined mid-run, a peer starting on each
+        self._failures: dict[str, int] = {}  # such workers whose peer failed to start: how often
         client.run(join, run_id, self.dht_peers)  # every worker joins the DHT now, in parallel
 
     def clock(self) -> float:
@@ -118,26 +126,32 @@ class DaskPeers:
                    delay: float, running: bool) -> RemotePeer:
         """Start peer `name` as an actor: on the worker it had (a rebuild), else on a free worker.
         It downloads its state from `source` (a live neighbour) directly when there is one.
-        Before the run starts it returns at once (the first peers start in parallel); mid-run it
-        waits, under the coordinator's lock, until the peer holds its state and the DHT lists it,
-        so that no step boundary falls between the download and the peer's first step and
-        trainers can find it. A peer counts as silent (and may be evicted) only once it started."""
-        worker = next((w for w, what in self._placed.items() if what == name), None) or self._free_worker(stage)
-        self._placed[worker] = name
+        Before the run starts it returns at once (the first peers start in parallel, and announce
+        themselves); mid-run it waits until the actor holds its state, silent until `admit`."""
+        with self._placing:  # joins start on threads of their own: one worker each
+            worker = next((w for w, what in self._placed.items() if what == name), None) or self._free_worker(stage)
+            self._placed[worker] = name
         key = f"labkit-peer-{self.run_id}-{name}-{uuid.uuid4().hex[:8]}"
         origin = None if source is None else (source.worker, source.key)
         future = self.client.submit(PeerActor, self.run_id, key, name, stage, self.coordinator.cfg, state, delay,
-                                    self.dht_peers, origin, key=key, actor=True, workers=[worker],
+                                    self.dht_peers, origin, not running, key=key, actor=True, workers=[worker],
                                     allow_other_workers=False)
-        future.add_done_callback(lambda f: self._started(name, f))
+        if not running:
+            future.add_done_callback(lambda f: self._started(name, f))
         peer = RemotePeer(name, stage, key, worker, None, self._announcement, self._withdraw, delay, owner=future)
         if running:
             try:
-                self._wait_announced([peer])
+                peer.actor
             except Exception:
-                del self._placed[worker]
+                self._placed.pop(worker, None)
                 raise
         return peer
+
+    def admit(self, peer: RemotePeer) -> None:
+        """A peer started mid-run is in the run now: it announces itself, and from then on
+        counts as silent (and may be evicted) when its announcements stop."""
+        self._last_seen[peer.name] = time.monotonic()
+        peer.actor.go_live().result(START_TIMEOUT)
 
     def _wait_announced(self, peers: list[RemotePeer]) -> None:
         """Wait until each of `peers` has started and the DHT lists it under its actor's key:
@@ -240,22 +254,33 @@ class DaskPeers:
             self._use_new_workers()
 
     def _use_new_workers(self) -> None:
-        c = self.coordinator
+        """Give each worker that joined the cluster (a restarted one too) a peer, each on a
+        thread of its own: a start takes seconds, and the watch must go on meanwhile."""
         try:
-            joined = [w for w in cluster_workers(self.client) if w not in self._initial_workers and w not in self._placed]
+            joined = [w for w in cluster_workers(self.client)
+                      if w not in self._initial_workers and w not in self._placed and w not in self._joining]
         except Exception:
             return
         for worker in joined:
+            if self._failures.get(worker, 0) < JOIN_TRIES:
+                self._joining.add(worker)
+                threading.Thread(target=self._use_worker, args=(worker,), name="labkit-join", daemon=True).start()
+
+    def _use_worker(self, worker: str) -> None:
+        c = self.coordinator
+        try:
             if c.stopped.is_set():
                 return
-            try:
-                # outside the coordinator's lock: the worker imports torch and joins the DHT (seconds)
-                self.client.run(join, self.run_id, self.dht_peers, workers=[worker])
-                name = c.members.add_peer(None)
-            except Exception as exc:  # e.g. the worker left again before the peer started
-                c.emit(events.setting(c.clock(), name="worker_unused", value=f"{worker}: {type(exc).__name__}: {exc}"))
-                continue
-            c.emit(events.setting(c.clock(), name="worker_joined", value=f"{worker} serves {name}"))
+            # the worker imports torch and joins the DHT (seconds), then a peer starts on it
+            self.client.run(join, self.run_id, self.dht_peers, workers=[worker])
+            name = c.members.add_peer(None)
+        except Exception as exc:  # e.g. the worker left again before the peer started
+            self._failures[worker] = self._failures.get(worker, 0) + 1
+            c.emit(events.setting(c.clock(), name="worker_unused", value=f"{worker}: {type(exc).__name__}: {exc}"))
+            return
+        finally:
+            self._joining.discard(worker)
+        c.emit(events.setting(c.clock(), name="worker_joined", value=f"{worker} serves {name}"))
 
     def close(self) -> None:
         """Shut down every worker's DHT node of this run."""

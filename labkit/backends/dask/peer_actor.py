@@ -74,10 +74,11 @@ class PeerActor:
     announces its address, queue length, samples and throughput EMA in the DHT.
 
     It starts from `state`, or downloads the state from the live neighbour whose actor is at
-    `source` = (worker address, actor key), worker to worker."""
+    `source` = (worker address, actor key), worker to worker; it announces itself at once, or
+    (`live=False`, a peer joining mid-run) once `go_live` is called."""
 
     def __init__(self, run_id: str, key: str, name: str, stage: int, cfg: RunConfig, state: dict[str, Any] | None,
-                 delay: float, dht_peers: list[str], source: tuple[str, str] | None = None) -> None:
+                 delay: float, dht_peers: list[str], source: tuple[str, str] | None = None, live: bool = True) -> None:
         prepare_worker(cfg)
         if source is not None:
             state, _ = peer_actor(*source).call("state").result()
@@ -91,8 +92,17 @@ class PeerActor:
         self._ema = 0.0  # seconds per data request, smoothed
         self._directory = StageDirectory(node_for(run_id, dht_peers), run_id, cfg.stages)
         self._stopped = threading.Event()
-        threading.Thread(target=announce_loop, args=(self._worker, key, self, self._stopped, self._announce),
-                         name=f"announce-{name}", daemon=True).start()
+        if live:
+            self._go_live()
+
+    def _go_live(self) -> None:
+        threading.Thread(target=announce_loop, args=(self._worker, self._key, self, self._stopped, self._announce),
+                         name=f"announce-{self.peer.name}", daemon=True).start()
+
+    async def go_live(self) -> None:
+        """Start announcing (a peer started with `live=False` joins mid-run: the coordinator
+        admits it, then trainers may find it)."""
+        self._go_live()
 
     def _announce(self) -> None:
         p = self.peer

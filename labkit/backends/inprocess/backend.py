@@ -50,6 +50,9 @@ class ThreadPeers:
         peer.set_delay(delay)
         return peer
 
+    def admit(self, peer: StagePeer) -> None:
+        """A peer thread serves from the moment it exists: nothing to do."""
+
     def start_trainers(self, count: int) -> list[Trainer]:
         c = self.coordinator
         return [Trainer(f"t{i}", c.cfg, c, c, self.sampler) for i in range(count)]
