@@ -1,0 +1,268 @@
+"""Chaos at rate on the Dask backend: real SIGKILLs of random peer and trainer workers, not waiting
+for steps, against the same run without faults in the same invocation.
+
+    python benchmarks/chaos.py --minutes 10 --kill-every 10 [--baseline-minutes 2] [--seed 0]
+
+Each run has a LocalCluster of its own (a worker per peer and trainer, one for the coordinator and
+one spare). A kill comes after an exponential wait of mean `--kill-every` seconds; its victim is a
+worker serving a trainer, or a peer of a stage that keeps another live peer (a stage left with
+none pauses the run by design). The nanny restarts a killed worker under a new address, and the
+run gives it a peer: those are the joins. Times of kills and of the events that answer them are
+taken here, as the events arrive (the handle polls every 0.2 s: each time is late by up to that).
+
+Prints per minute: RSS of this process and every process under it (the workers, their DHT
+daemons), threads and processes; then samples lost and doubled (each committed step against the
+global batch, per stage), the longest gap between steps, per kill the seconds to the next step and
+to the replacement serving a hop, and training efficiency (tokens/s under chaos over fault-free).
+Last line: chaos minutes=<M> kills=<n> efficiency=<x> lost=<n> doubled=<n> longest_gap_s=<x>
+median_recovery_s=<x> rss_growth_last_half=<x>
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import random
+import signal
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+from distributed import Client, LocalCluster
+
+import labkit
+from labkit.backends.dask.connect import DETACH
+from labkit.config import DataConfig, ModelConfig, RunConfig
+
+
+@dataclass
+class Kill:
+    """One SIGKILL: when (monotonic), whose worker, and what answered it."""
+
+    at: float
+    role: str  # "peer" or "trainer"
+    name: str
+    next_step: float | None = None  # seconds to the first step after it
+    serving: float | None = None  # seconds to the replacement's first hop
+    replacement: str | None = field(default=None, repr=False)
+
+
+def config() -> RunConfig:
+    """2 stages x 3 peers, 2 trainers: a kill of one peer never empties a stage."""
+    return RunConfig(model=ModelConfig(size="nano", seq_len=32), data=DataConfig(max_bytes=2_000_000), stages=2,
+                     peers=3, trainers=2, global_batch=16, microbatch=4, steps=10_000_000, eval_every=0,
+                     eval_batches=2, rebalance_period=0)
+
+
+def family() -> list[psutil.Process]:
+    me = psutil.Process()
+    return [me, *me.children(recursive=True)]
+
+
+def sample() -> tuple[float, int, int]:
+    """(RSS in MB, threads, processes) of this process and every process under it."""
+    rss, threads, processes = 0, 0, 0
+    for process in family():
+        try:
+            rss += process.memory_info().rss
+            threads += process.num_threads()
+            processes += 1
+        except psutil.Error:
+            continue
+    return rss / 1e6, threads, processes
+
+
+def roles(dask_worker: Any = None) -> list[tuple[str, str, int]]:
+    """On a worker: (role, name, stage) of each serving actor of a run it holds."""
+    out = []
+    for actor in dask_worker.state.actors.values():
+        kind = type(actor).__name__
+        if kind == "PeerActor" and actor.serving:
+            out.append(("peer", actor.peer.name, actor.peer.stage))
+        elif kind == "TrainerActor":
+            out.append(("trainer", actor.trainer.name, -1))
+        elif kind == "CoordinatorActor":
+            out.append(("coordinator", "", -1))
+    return out
+
+
+class Stamps:
+    """Every event of `run`, stamped with the monotonic time it arrived here."""
+
+    def __init__(self, run: labkit.RunHandle) -> None:
+        self.events: list[tuple[float, dict[str, Any]]] = []
+        self._queue = run.events.subscribe()
+        self._run = run
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        while not (self._run.done and self._queue.empty()):
+            try:
+                event = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.events.append((time.monotonic(), event))
+
+    def after(self, at: float, match: Any) -> tuple[float, dict[str, Any]] | None:
+        return next(((t, e) for t, e in list(self.events) if t >= at and match(e)), None)
+
+
+def tokens_per_second(stamps: Stamps, start: float, end: float) -> float:
+    steps = [(t, e) for t, e in stamps.events if e["type"] == "step" and start <= t <= end]
+    if len(steps) < 2:
+        return 0.0
+    return sum(e["tokens"] for _, e in steps[1:]) / (steps[-1][0] - steps[0][0])
+
+
+def launch(cluster: LocalCluster) -> tuple[labkit.RunHandle, Stamps]:
+    run = labkit.launch(config(), backend="dask", scheduler=cluster.scheduler_address)
+    stamps = Stamps(run)
+    run.wait_for(step=2, timeout=600)
+    return run, stamps
+
+
+def new_cluster() -> LocalCluster:
+    cfg = config()
+    return LocalCluster(n_workers=sum(cfg.peers_per_stage) + cfg.trainers + 2, threads_per_worker=1, processes=True,
+                        host="127.0.0.1", dashboard_address=None, preload=[DETACH])
+
+
+def baseline(minutes: float) -> float:
+    """Tokens/s of the run without faults."""
+    with new_cluster() as cluster:
+        run, stamps = launch(cluster)
+        start = time.monotonic()
+        time.sleep(minutes * 60)
+        rate = tokens_per_second(stamps, start, time.monotonic())
+        run.stop()
+        run.wait(120)
+    return rate
+
+
+def victim(client: Client, rng: random.Random) -> tuple[str, str, str] | None:
+    """(worker address, role, name) of a worker to kill: a trainer's, or a peer's whose stage keeps
+    another; never the coordinator's (a trainer restarted with no free worker shares it)."""
+    held = {w: rs for w, rs in client.run(roles).items() if not any(role == "coordinator" for role, _, _ in rs)}
+    live = [r for rs in held.values() for r in rs]
+    per_stage = {s: sum(1 for role, _, st in live if role == "peer" and st == s) for _, _, s in live}
+    choices = [(w, role, name) for w, rs in held.items() for role, name, stage in rs
+               if role == "trainer" or per_stage[stage] >= 2]
+    return rng.choice(choices) if choices else None
+
+
+def chaos(minutes: float, kill_every: float, rng: random.Random) -> tuple[list[Kill], Stamps, float, list]:
+    """The run under chaos: its kills, events, tokens/s and (minute, rss, threads, processes) samples."""
+    with new_cluster() as cluster, Client(cluster.scheduler_address) as client:
+        run, stamps = launch(cluster)
+        start = time.monotonic()
+        end = start + minutes * 60
+        samples = [(0, *sample())]
+        print(f"minute 0: rss {samples[0][1]:.0f} MB, {samples[0][2]} threads, {samples[0][3]} processes", flush=True)
+        kills: list[Kill] = []
+        next_kill = start + rng.expovariate(1 / kill_every)
+        while time.monotonic() < end:
+            now = time.monotonic()
+            if now >= next_kill:
+                target = victim(client, rng)
+                if target is not None:
+                    worker, role, name = target
+                    try:
+                        pid = client.run(os.getpid, workers=[worker])[worker]
+                        os.kill(pid, signal.SIGKILL)
+                        kills.append(Kill(time.monotonic(), role, name))
+                    except Exception as exc:  # the worker went meanwhile
+                        print(f"kill of {worker} skipped: {type(exc).__name__}: {exc}", flush=True)
+                next_kill = time.monotonic() + rng.expovariate(1 / kill_every)
+            minute = int((now - start) // 60)
+            if minute > samples[-1][0]:
+                samples.append((minute, *sample()))
+                m, rss, threads, processes = samples[-1]
+                print(f"minute {m}: rss {rss:.0f} MB, {threads} threads, {processes} processes, "
+                      f"step {run.state()['step']}, kills {len(kills)}", flush=True)
+            time.sleep(min(0.2, max(0.0, min(next_kill, end) - time.monotonic())))
+        rate = tokens_per_second(stamps, start, time.monotonic())
+        samples.append((minutes, *sample()))
+        run.stop()
+        summary = run.wait(180)
+        print(f"run {summary.get('status')} at step {summary.get('steps')} {summary.get('error', '')}", flush=True)
+    samples.append((-1, *sample()))  # after the cluster closed
+    return kills, stamps, rate, samples
+
+
+def recoveries(kills: list[Kill], stamps: Stamps) -> None:
+    """Fill each kill's seconds to the next step and to its replacement's first hop: a killed
+    peer's replacement is the peer of the first worker that joined after it (each join answers one
+    kill, in order: the nanny restarts every killed worker); a trainer restarts under its name."""
+    joins = [(t, e["value"].split(" serves ")[-1]) for t, e in stamps.events
+             if e["type"] == "setting" and e["name"] == "worker_joined"]
+    for kill in kills:
+        step = stamps.after(kill.at, lambda e: e["type"] == "step")
+        kill.next_step = None if step is None else step[0] - kill.at
+        if kill.role == "trainer":
+            kill.replacement = kill.name
+        else:
+            joined = next((j for j in joins if j[0] >= kill.at), None)
+            if joined is not None:
+                joins.remove(joined)
+                kill.replacement = joined[1]
+        if kill.replacement is not None:
+            hop = stamps.after(kill.at, lambda e, r=kill.replacement: e["type"] == "hop"
+                               and (e["peer"] == r if kill.role == "peer" else e["trainer"].split("/")[0] == r))
+            kill.serving = None if hop is None else hop[0] - kill.at
+
+
+def accounting(stamps: Stamps) -> tuple[int, int, float]:
+    """(samples lost, samples doubled, longest gap between steps in s) over every committed step."""
+    cfg = config()
+    steps = [(t, e) for t, e in stamps.events if e["type"] == "step"]
+    lost = sum(max(0, cfg.global_batch - s) for _, e in steps for s in e["stage_samples"])
+    doubled = sum(max(0, s - cfg.global_batch) for _, e in steps for s in e["stage_samples"])
+    gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:])]
+    return lost, doubled, max(gaps, default=float("inf"))
+
+
+def _seconds(values: list[float | None]) -> str:
+    known = [v for v in values if v is not None]
+    missing = len(values) - len(known)
+    text = f"median {statistics.median(known):.2f} s, worst {max(known):.2f} s" if known else "none measured"
+    return text + (f" ({missing} never)" if missing else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="minutes of chaos")
+    parser.add_argument("--kill-every", type=float, default=10.0, help="mean seconds between kills")
+    parser.add_argument("--baseline-minutes", type=float, default=2.0, help="minutes of the fault-free run")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    fault_free = baseline(args.baseline_minutes)
+    print(f"fault-free: {fault_free:,.0f} tokens/s over {args.baseline_minutes:g} min", flush=True)
+    kills, stamps, rate, samples = chaos(args.minutes, args.kill_every, rng)
+    recoveries(kills, stamps)
+    lost, doubled, longest = accounting(stamps)
+    for kill in kills:
+        print(f"kill {kill.role} {kill.name}: next step {kill.next_step}, replacement {kill.replacement} serving "
+              f"{kill.serving}")
+    print(f"kills {len(kills)} ({sum(k.role == 'peer' for k in kills)} peers, "
+          f"{sum(k.role == 'trainer' for k in kills)} trainers); to the next step: "
+          f"{_seconds([k.next_step for k in kills])}; to the replacement serving: {_seconds([k.serving for k in kills])}")
+    start, end = samples[0], samples[-2]
+    print(f"threads {start[2]} -> {end[2]}, processes {start[3]} -> {end[3]} (after the cluster closed: "
+          f"{samples[-1][3]} processes)")
+    half = min(samples[:-1], key=lambda s: abs(s[0] - args.minutes / 2))
+    growth = (end[1] - half[1]) / half[1]
+    efficiency = rate / fault_free if fault_free else 0.0
+    recovery = statistics.median([k.next_step for k in kills if k.next_step is not None] or [float("inf")])
+    print(f"chaos: {rate:,.0f} tokens/s; load average at end: {os.getloadavg()}")
+    print(f"chaos minutes={args.minutes:g} kills={len(kills)} efficiency={efficiency:.3f} lost={lost} doubled={doubled} "
+          f"longest_gap_s={longest:.2f} median_recovery_s={recovery:.2f} rss_growth_last_half={growth:.3f}")
+
+
+if __name__ == "__main__":
+    main()
