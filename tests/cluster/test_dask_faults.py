@@ -230,3 +230,30 @@ def test_task_pool_clients_on_dask_survive_sigkills_mid_forward_and_mid_backward
     assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
     print(f"task pool on dask: {len(steps)} steps, kills noticed in " + ", ".join(f"{d:.2f} s" for d in detected))
     wait_for_restart(cluster)
+
+
+def test_one_stages_peers_killed_in_succession_without_waiting(cluster, small_run: RunConfig) -> None:
+    """Real churn does not wait for steps: three of stage 0's peers' workers die 5 s and 25 s
+    apart (a live peer always left; the restarted workers join as peers meanwhile). Each death is
+    noticed within seconds, no gap between steps reaches `STALL_SECONDS`, nothing is lost or
+    doubled. (A joiner once started under the coordinator's lock: the third death was noticed
+    after 95 s and the next step came 219 s after it.)"""
+    cfg = small_run.replace(stages=2, peers=(3, 2), trainers=1, steps=100_000)
+    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address)
+    try:
+        run.wait_for(step=2, timeout=120)
+        kills = []
+        for pause in (0, 5, 25):
+            time.sleep(pause)
+            stage0 = [p["peer"] for s in run.state()["stages"] if s["stage"] == 0 for p in s["peers"]]
+            assert len(stage0) >= 2, run.state()
+            kills.append((stage0[0], _kill_worker(cluster, _worker_of(run, stage0[0]))))
+        for peer, killed_at in kills:
+            run.wait_for(event={"type": "peer", "peer": peer, "state": "killed"}, timeout=DETECT_SECONDS)
+        run.wait_for(step=run.state()["step"] + 3, timeout=STALL_SECONDS)
+    finally:
+        run.stop()
+    assert run.wait(120)["status"] == "stopped"
+    assert_exact_accounting(run, cfg)
+    assert _longest_stall(run) < STALL_SECONDS, _longest_stall(run)
+    wait_for_restart(cluster)
