@@ -1,4 +1,4 @@
-"""ATOM against GPipe and PipeDream in the simulator: seed 004's Figures 14, 15 and 16 in shape.
+"""ATOM against GPipe and PipeDream in the simulator: ATOM's Figures 14, 15 and 16 in shape.
 
     PYTHONPATH=. python experiments/atom_utilization.py [--out docs/figures]
 

@@ -1,4 +1,4 @@
-"""ATOM's swap schedule (seed 004, §III-C, Fig. 12) in virtual time, and the timeline type the
+"""ATOM's swap schedule (the ATOM paper, §III-C, Fig. 12) in virtual time, and the timeline type the
 pipeline baselines (`labkit.sim.pipelines`) share with it.
 
 One device trains a whole model held in host memory, cut into sub-models of consecutive layers

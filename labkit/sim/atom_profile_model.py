@@ -1,4 +1,4 @@
-"""An analytic ATOM profile (seed 004, §III-B): one `LayerCost` row per layer of a GPT-3 model on a
+"""An analytic ATOM profile (the ATOM paper, §III-B): one `LayerCost` row per layer of a GPT-3 model on a
 device preset, for the swap simulator (`labkit.sim.atom`) and the partition search, when no
 measured profile (`labkit.runtime.atom.profile`) is at hand.
 

@@ -1,4 +1,4 @@
-"""The seed 004 baselines in virtual time: GPipe and PipeDream pipelines of P devices (§V, Figures
+"""ATOM's baselines in virtual time: GPipe and PipeDream pipelines of P devices (§V, Figures
 14-16), and the global-batch time of ATOM's replicas against pipelines (Fig. 16).
 
 The model is cut into P stages of consecutive layers, one stage per device. Between stage s and
