@@ -47,7 +47,7 @@ def main() -> None:
 
     values = [{"stages": r["stages"], "estimate": name, "minutes": r[key]} for r in rows
               for name, key in (("criterion (Eq. 2+3)", "criterion_min"), ("re-priced plan (Eq. 1-2)", "plan_min"))]
-    chart = alt.Chart(alt.Data(values=values), title="the task pool paper's §4.4: time per batch vs stage count").mark_line(
+    chart = alt.Chart(alt.Data(values=values), title="task pool paper §4.4: time per batch vs stage count").mark_line(
         point=True).encode(x="stages:O", y=alt.Y("minutes:Q", title="minutes per batch"), color="estimate:N")
     print(f"\nchart: {save_chart(chart, out / 'cluster_stages', fallback='.vl.json')}")
 

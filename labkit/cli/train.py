@@ -76,8 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=defaults.seed, help="seed of parameters and data order")
     atom = defaults.atom
     p.add_argument("--executor", choices=EXECUTORS, default=defaults.executor,
-                   help="swarm: a pipeline of stages; atom: whole-model replicas swapping sub-models (the ATOM paper); "
-                        "taskpool: servers and unreliable clients (the peers) per stage with a task pool (the task pool paper)")
+                   help="swarm: a pipeline of stages; atom: ATOM's whole-model replicas swapping sub-models; "
+                        "taskpool: the task pool paper's servers and unreliable clients (the peers) per stage")
     p.add_argument("--replicas", type=int, default=atom.replicas, help="atom: whole-model replicas")
     p.add_argument("--budget-mb", type=float, default=atom.budget_mb,
                    help="atom: device memory per replica in MB (default: the least that works, activations in flight included)")

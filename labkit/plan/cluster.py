@@ -33,7 +33,8 @@ from labkit.taskpool.segments import segments
 
 
 def llama_33b(bytes_per_value: int = 2) -> Workload:
-    """The task pool paper's larger model, approximated as a GPT block stack: d=6656, 60 layers; batch 512, minibatch 4."""
+    """The task pool paper's larger model, approximated as a GPT block stack: d=6656, 60 layers;
+    batch 512, minibatch 4."""
     return Workload(d_model=6656, n_layer=60, seq_len=2048, batch=512, microbatch=4, bytes_per_value=bytes_per_value)
 
 

@@ -53,7 +53,7 @@ class Timeline:
     """A simulated schedule and what Figures 14-15 read from it, over its steady-state `window`.
 
     per_minibatch_s: wall seconds per minibatch of the whole schedule (ATOM: one device; a
-    pipeline: all its devices); gpu_s_per_minibatch: the seed's "per result GPU time",
+    pipeline: all its devices); gpu_s_per_minibatch: the ATOM paper's "per result GPU time",
     per_minibatch_s x devices; utilization: per device, compute-busy seconds inside the window /
     its length; memory: ATOM only, (time, device bytes) after every change."""
 
