@@ -1,4 +1,4 @@
-"""ATOM's swap executor (seed 004 §III-C) on the machine at hand: how busy the compute stream is
+"""ATOM's swap executor (the ATOM paper, §III-C) on the machine at hand: how busy the compute stream is
 while sub-models swap through a device budget, with the next sub-model prefetched and without,
 and what an iteration costs against the same model held on the device whole.
 

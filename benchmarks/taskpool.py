@@ -1,4 +1,4 @@
-"""Seed 002's task-pool executor against SWARM on the same model, clients and churn.
+"""The task pool paper's task-pool executor against SWARM on the same model, clients and churn.
 
 Both train the same 2-stage model with 2 unreliable peers per stage (SWARM's stage peers, the
 task pool's clients), in-process, on the same samples. With churn, every `--every` steps, at the step's

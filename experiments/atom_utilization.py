@@ -1,16 +1,16 @@
-"""ATOM against GPipe and PipeDream in the simulator: seed 004's Figures 14, 15 and 16 in shape.
+"""ATOM against GPipe and PipeDream in the simulator: ATOM's Figures 14, 15 and 16 in shape.
 
     PYTHONPATH=. python experiments/atom_utilization.py [--out docs/figures]
 
-GPT-3 sizes of the seed's Table III (Small ... 6.7B, 13B trimmed to 18 blocks, 175B trimmed to 2),
+GPT-3 sizes of the ATOM paper's Table III (Small ... 6.7B, 13B trimmed to 18 blocks, 175B trimmed to 2),
 one microbatch = 1 x 2048 tokens, fp16 values (2 bytes), analytic profiles
 (`labkit.sim.atom_profile_model`) at 40 % of the device peak and 12 GB/s PCIe. Devices:
-V100-32GB (the seed's V100 server) and GTX1080Ti (the seed's medium server, fp32 peak: no tensor
+V100-32GB (the ATOM paper's V100 server) and GTX1080Ti (the ATOM paper's medium server, fp32 peak: no tensor
 cores). Links: 400 Mb/s, 800 Mb/s and "localhost", taken as 10 Gb/s (the servers' Ethernet line
 rate; loopback is at least that), each with 1 ms per send (a gRPC call).
 
 - Fig. 14/15: per result GPU time (seconds per minibatch per GPU) and GPU utilization. ATOM: one
-  device, C = 4 (the seed's degree of gradient accumulation), sub-models packed greedily so that
+  device, C = 4 (the ATOM paper's degree of gradient accumulation), sub-models packed greedily so that
   two neighbours and the stash fit the device (a stand-in for the partition search of
   `labkit.plan.atom_partition`). GPipe: 4 devices, 4 microbatches per iteration; PipeDream: 4
   devices, a stream of 32 microbatches; stages balanced by compute.
@@ -43,7 +43,7 @@ MODELS = {"gpt3-small": None, "gpt3-medium": None, "gpt3-large": None, "gpt3-xl"
 LINKS = {"400 Mb/s": 400e6, "800 Mb/s": 800e6, "localhost": 10e9}
 LATENCY_S = 1e-3
 DEVICE_NAMES = ("V100-32GB", "GTX1080Ti")
-ACCUMULATION = 4  # the seed's C
+ACCUMULATION = 4  # the ATOM paper's C
 PIPELINE = 4  # GPUs per pipeline
 GPIPE_MICROBATCHES = 4
 PIPEDREAM_STREAM = 32

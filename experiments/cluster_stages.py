@@ -1,11 +1,11 @@
-"""Seed 002's clustering planner on its §4.4 real-world setting: which stage count it picks, and the
+"""The task pool paper's clustering planner on its §4.4 real-world setting: which stage count it picks, and the
 estimated time of 2, 3 and 4 stages.
 
     PYTHONPATH=. python experiments/cluster_stages.py [--out docs/figures]
 
 Two numbers per level: the search-time estimate the planner compares (Eq. 2 with DT_k from
 Eq. 3) and the re-priced time of the full plan at that level (Eq. 1-2 with the real layer split and
-the unreliable clients). Also prints the choice on seed 002's cases 1-4.
+the unreliable clients). Also prints the choice on the task pool paper's cases 1-4.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def main() -> None:
         print(f"| {r['stages']} | {' / '.join(r['servers'])} | {r['layers']} | {r['criterion_min']:.0f} | {r['plan_min']:.0f} |")
     best = min(rows[1:4], key=lambda r: r["plan_min"])
     print(f"\namong 2-4 stages the re-priced plan is fastest at {best['stages']} stages")
-    print("\nseed 002 cases 1-4 (16 devices):")
+    print("\nthe task pool paper's cases 1-4 (16 devices):")
     for case in (1, 2, 3, 4):
         p = plan_cluster(preset(f"ps_case{case}"), max_stages=8)
         print(f"  ps_case{case}: picks {p.meta['chosen']} stages, time {p.time / 60:.1f} min, layers {p.layer_split}")
@@ -47,7 +47,7 @@ def main() -> None:
 
     values = [{"stages": r["stages"], "estimate": name, "minutes": r[key]} for r in rows
               for name, key in (("criterion (Eq. 2+3)", "criterion_min"), ("re-priced plan (Eq. 1-2)", "plan_min"))]
-    chart = alt.Chart(alt.Data(values=values), title="seed 002 §4.4: time per batch vs stage count").mark_line(
+    chart = alt.Chart(alt.Data(values=values), title="task pool paper §4.4: time per batch vs stage count").mark_line(
         point=True).encode(x="stages:O", y=alt.Y("minutes:Q", title="minutes per batch"), color="estimate:N")
     print(f"\nchart: {save_chart(chart, out / 'cluster_stages', fallback='.vl.json')}")
 

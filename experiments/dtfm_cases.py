@@ -1,4 +1,4 @@
-"""DT-FM's five cases at N = 64 (seed 003, Section 4 and Figure 5): GA vs Kernighan-Lin vs random.
+"""DT-FM's five cases at N = 64 (the DT-FM paper, Section 4 and Figure 5): GA vs Kernighan-Lin vs random.
 
     PYTHONPATH=. python experiments/dtfm_cases.py [--generations 60] [--out docs/figures]
 

@@ -1,6 +1,6 @@
-"""Seed 002 Table 2 and Figure 2 in virtual time: the task pool against SWARM, minutes per batch.
+"""The task pool paper's Table 2 and Figure 2 in virtual time: the task pool against SWARM, minutes per batch.
 
-Table 2: seed 002's cases 1-4 (`ps_case1..4`, 16 devices) planned by the clustering planner
+Table 2: the task pool paper's cases 1-4 (`ps_case1..4`, 16 devices) planned by the clustering planner
 (`plan_cluster`, up to 8 stages), xxlarge (d 4096, 12 blocks, 512 tokens) and Llama-33B (d 6656,
 60 blocks, 2048 tokens), batch 512, minibatch 4; case 4 = case 3 with the 2080s unreliable and a
 90 % chance that each vanishes during a batch (back for the next). Figure 2: Llama-33B on
@@ -59,7 +59,7 @@ def plot(fig2: dict[str, dict], path: Path) -> Path:
     chart = alt.Chart(alt.Data(values=values)).mark_line(point=True).encode(
         x=alt.X("rate:Q", title="disconnection rate (%)"), y=alt.Y("minutes:Q", title="minutes per batch"),
         color="method:N", column=alt.Column("unreliable:N", title="unreliable devices")).properties(
-        width=260, height=200, title="seed 002 Figure 2 in the simulator (Llama-33B)")
+        width=260, height=200, title="the task pool paper's Figure 2 in the simulator (Llama-33B)")
     return save(chart, path)
 
 

@@ -143,7 +143,7 @@ INNER_STATES = ("keep", "reset")
 class SyncConfig:
     """How each stage's peers agree: SWARM's gradient all-reduce every step, or DiLoCo.
 
-    DiLoCo (seed 001): every peer takes `inner_steps` (H) local optimizer steps on its own
+    DiLoCo (the DiLoCo-SWARM report): every peer takes `inner_steps` (H) local optimizer steps on its own
     gradients, then the stage averages the pseudo-gradients (local - global parameters, weighted by
     the samples each peer processed) and an outer Nesterov SGD step moves the global parameters
     toward the average; every peer then restarts from the new global parameters.
@@ -201,7 +201,7 @@ class RunConfig:
     seed: int = 0  # seeds parameters, data order and trainers
     threads: int = 1  # torch intra-op threads (process-wide); peers already run in parallel; 0 = torch default
     executor: str = "swarm"  # "swarm" (a pipeline of stages), "atom" (replicas swapping sub-models; stage fields
-    # unused) or "taskpool" (seed 002: servers and clients per stage, a task pool; peers are the clients)
+    # unused) or "taskpool" (the task pool paper: servers and clients per stage, a task pool; peers are the clients)
     atom: AtomConfig = field(default_factory=AtomConfig)  # the ATOM executor's replicas, budget and C
     taskpool: TaskPoolConfig = field(default_factory=TaskPoolConfig)  # the task-pool executor's servers and deadlines
     links: str | None = None  # a `labkit simulate` scenario file whose links every trainer-peer request crosses; None = direct

@@ -65,7 +65,7 @@ def sync(t: float, *, step: int, stage: int, kind: str, peers: int, nbytes: int)
 def swap(t: float, *, replica: str, submodel: int, phase: str, load_start: float | None, load_end: float | None,
          compute_start: float, compute_end: float) -> Event:
     """One ATOM sub-model's turn on a replica's device: its load host -> device (None when it was
-    still resident) and its compute, in seconds of the run (seed 004's Figure 12 timeline)."""
+    still resident) and its compute, in seconds of the run (ATOM's Figure 12 timeline)."""
     return {"type": "swap", "t": t, "replica": replica, "submodel": submodel, "phase": phase, "load_start": load_start,
             "load_end": load_end, "compute_start": compute_start, "compute_end": compute_end}
 

@@ -21,7 +21,7 @@ ATOM_DEVICES = ("cpu", "cuda")
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AtomConfig:
-    """ATOM (seed 004): whole-model replicas, each swapping sub-models through a device budget.
+    """ATOM: whole-model replicas, each swapping sub-models through a device budget.
 
     Replicas draw microbatches of the step; when together they have processed the global batch
     they average their gradients and all take the same optimizer step.
@@ -45,7 +45,7 @@ class AtomConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TaskPoolConfig:
-    """Seed 002's parameter-server pipeline: per stage, reliable frontal and backward servers and
+    """The task pool paper's parameter-server pipeline: per stage, reliable frontal and backward servers and
     unreliable clients (the stage's `peers`); a task pool takes over a vanished client's work.
 
     A task is overdue, and its client declared lost, `grace + slack x` its expected compute time

@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the `train` sub-command and its flags."""
     defaults = RunConfig()
     p = sub.add_parser("train", help="train a GPT with SWARM parallelism, ATOM's swapping replicas (--executor atom) "
-                                     "or seed 002's task pool (--executor taskpool)",
+                                     "or the task pool paper's task pool (--executor taskpool)",
                        description="Train a GPT with SWARM parallelism. With no flags: the nano model on the Python "
                                    "standard library's source, 2 stages x 2 peers, about a minute on 2 CPU cores.")
     p.add_argument("--size", choices=sorted(MODEL_SIZES), default="nano", help="model size (default nano)")
@@ -78,8 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=defaults.seed, help="seed of parameters and data order")
     atom = defaults.atom
     p.add_argument("--executor", choices=EXECUTORS, default=defaults.executor,
-                   help="swarm: a pipeline of stages; atom: whole-model replicas swapping sub-models (seed 004); "
-                        "taskpool: servers and unreliable clients (the peers) per stage with a task pool (seed 002)")
+                   help="swarm: a pipeline of stages; atom: ATOM's whole-model replicas swapping sub-models; "
+                        "taskpool: the task pool paper's servers and unreliable clients (the peers) per stage")
     p.add_argument("--replicas", type=int, default=atom.replicas, help="atom: whole-model replicas")
     p.add_argument("--budget-mb", type=float, default=atom.budget_mb,
                    help="atom: device memory per replica in MB (default: the least that works, activations in flight included)")

@@ -1,4 +1,4 @@
-"""DT-FM cost-model kernels (seed 003, Eq. 2-4), compiled with numba; `f.py_func` is the plain twin.
+"""DT-FM cost-model kernels (the DT-FM paper, Eq. 2-4), compiled with numba; `f.py_func` is the plain twin.
 
 A partition is `groups`, an int64 array (K stages, M replicas) of device indices. Pair costs are
 precomputed (N, N) symmetric matrices: `w_dp = 2(α + c_DP/(D_DP·β))`, `w_pp = 2(α + c_PP/β)`.

@@ -1,4 +1,4 @@
-"""Move generators for DT-FM's local searches (seed 003, Section 3.4), numba-compiled.
+"""Move generators for DT-FM's local searches (the DT-FM paper, Section 3.4), numba-compiled.
 
 `groups` is (K stages, M replicas) of device indices; `w` a symmetric (N, N) pair-cost matrix.
 A move is scored by a gain (higher = better expected cost); the searches confirm with the full

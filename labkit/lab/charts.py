@@ -115,7 +115,7 @@ def _lane(source: alt.Chart, lane: str, what: str, start: str, end: str, label: 
 
 
 def swaps_chart() -> alt.FacetChart:
-    """Seed 004's Figure 12, one panel per ATOM replica, over its last iterations (dashed rules
+    """ATOM's Figure 12, one panel per ATOM replica, over its last iterations (dashed rules
     start each): on `execution`, each sub-model's compute turn coloured by pass and labelled with
     its number (0 holds the embedding); on `device`, each sub-model's copy from the start of its
     load (green) until its last compute before it is dropped (grey): the turns that found it
@@ -137,7 +137,7 @@ def swaps_chart() -> alt.FacetChart:
 
 
 def taskpool_chart() -> alt.FacetChart:
-    """Seed 002's pipeline, a row of panels per stage: on the left its reliable servers (frontal +
+    """The task pool paper's pipeline, a row of panels per stage: on the left its reliable servers (frontal +
     backward, dashed) and its live clients over time (a kill or an overdue client drops the line,
     a join raises it); on the right the samples the pass's lost clients handed to the task pool
     (dots where it held any: the servers' own count at the pass's end, then the next pass starts

@@ -1,5 +1,5 @@
 """A task-pool run's servers, clients and pooled work per stage, folded from its events for the
-lab's 'taskpool' chart (seed 002's executor, labkit.runtime.taskpool).
+lab's 'taskpool' chart (the task pool paper's executor, labkit.runtime.taskpool).
 
 Servers are reliable and fixed by the config (`TaskPoolConfig.frontal` + `backward` per stage);
 clients come and go with `peer` events (killed, overdue, joined, rejoined); the pool is what the

@@ -1,4 +1,4 @@
-"""ATOM's partition search (seed 004, §III-D, Algorithm 1): cut a model's layers, in the order they
+"""ATOM's partition search (the ATOM paper, §III-D, Algorithm 1): cut a model's layers, in the order they
 run, into contiguous sub-models that a device swaps in one after another.
 
 Constraints: every sub-model fits the memory budget, and compute hides the next load both ways:

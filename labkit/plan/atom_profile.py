@@ -1,4 +1,4 @@
-"""What ATOM's partition search (seed 004, Algorithm 1) and its simulator know of a model: a cost
+"""What ATOM's partition search (the ATOM paper, Algorithm 1) and its simulator know of a model: a cost
 per layer, in the order the layers run.
 
 A profile is measured on the device in use (`labkit.runtime.atom.profile`) or derived from a

@@ -1,4 +1,4 @@
-"""Seed 002's clustering planner (§3.3): parameter-server stages from reliable devices, clients from
+"""The task pool paper's clustering planner (§3.3): parameter-server stages from reliable devices, clients from
 unreliable ones.
 
 Steps, as the paper lists them:
@@ -33,7 +33,8 @@ from labkit.taskpool.segments import segments
 
 
 def llama_33b(bytes_per_value: int = 2) -> Workload:
-    """Seed 002's larger model, approximated as a GPT block stack: d=6656, 60 layers; batch 512, minibatch 4."""
+    """The task pool paper's larger model, approximated as a GPT block stack: d=6656, 60 layers;
+    batch 512, minibatch 4."""
     return Workload(d_model=6656, n_layer=60, seq_len=2048, batch=512, microbatch=4, bytes_per_value=bytes_per_value)
 
 
@@ -165,7 +166,7 @@ def layer_split(compute: list[float], n_layer: int) -> tuple[int, ...]:
 
 
 def even_links(senders: tuple[str, ...], receivers: tuple[str, ...]) -> tuple[tuple[str, str, float], ...]:
-    """Seed 002's even segmentation: sender i holds [i/S, (i+1)/S) of the activations, receiver j
+    """The task pool paper's even segmentation: sender i holds [i/S, (i+1)/S) of the activations, receiver j
     takes [j/R, (j+1)/R); each pair carries their overlap (2 BS -> 3 FS: 1/3, 1/6, 1/6, 1/3)."""
     n = len(senders) * len(receivers)  # every boundary of both even splits falls on a whole index
     return tuple((a, b, (end - start) / n) for a, b, start, end in segments(n, senders, receivers))
@@ -173,7 +174,7 @@ def even_links(senders: tuple[str, ...], receivers: tuple[str, ...]) -> tuple[tu
 
 def plan_cluster(scenario: NetworkScenario, workload: Workload | None = None, *, max_stages: int = 16,
                  stages: int | None = None, seed: int = 0) -> Plan:
-    """Plan with seed 002's clustering planner; meta holds every level tried and its time.
+    """Plan with the task pool paper's clustering planner; meta holds every level tried and its time.
 
     `stages` forces a level of the hierarchy instead of the stopping rule (to compare levels).
     `time` re-prices the final plan with Eq. 1-2 (actual layer split, client hops), so it can

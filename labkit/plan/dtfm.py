@@ -1,4 +1,4 @@
-"""DT-FM's scheduler (seed 003, Sections 2-3): cost model, hybrid genetic search, baselines, Plan.
+"""DT-FM's scheduler (the DT-FM paper, Sections 2-3): cost model, hybrid genetic search, baselines, Plan.
 
 The search space is balanced partitions of the N devices into D_PP stage groups of D_DP devices.
 Each candidate is priced by COMM-COST = DP cost (Eq. 2, max over groups) + PP cost (open-loop TSP

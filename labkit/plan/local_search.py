@@ -1,4 +1,4 @@
-"""Local searches used inside DT-FM's hybrid genetic algorithm (seed 003, Section 3.4).
+"""Local searches used inside DT-FM's hybrid genetic algorithm (the DT-FM paper, Section 3.4).
 
 `dtfm_local_search`: the paper's strategy. Only the fastest intra-group links are considered,
 four swap candidates per pair of groups ranked by the paper's gain; when no pair swap improves,

@@ -24,7 +24,7 @@ from labkit.config import ConfigError
 from labkit.jsonfile import read_json
 
 # kind -> (peak FLOP/s used by the planners, memory bytes). Peak fp16 tensor-core throughput;
-# the RTX 2080 is V100/1.55, the ratio seed 002 uses to slow its simulated 2080s.
+# the RTX 2080 is V100/1.55, the ratio the task pool paper uses to slow its simulated 2080s.
 DEVICE_KINDS: dict[str, tuple[float, float]] = {
     "V100": (125e12, 16 * 2**30),
     "RTX2080": (125e12 / 1.55, 8 * 2**30),
@@ -46,7 +46,7 @@ class Device:
     kind: str = "V100"  # one of DEVICE_KINDS
     flops: float = 0.0  # compute speed in FLOP/s; 0 = the kind's default
     memory: float = 0.0  # bytes; 0 = the kind's default
-    reliable: bool = True  # seed 002: reliable devices become parameter servers
+    reliable: bool = True  # the task pool paper: reliable devices become parameter servers
     region: str = ""  # free label (city, data center, machine) used to colour charts
 
     def __post_init__(self) -> None:

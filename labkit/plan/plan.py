@@ -3,7 +3,7 @@
 Stages are listed in pipeline order. `links[k]` says how stage k's outputs reach stage k+1: a list
 of (sender, receiver, share) with shares summing to 1 over the link. DT-FM's links are its
 bottleneck matching (one macro-batch per pair, share 1/D_DP); the clustering planner's links are
-seed 002's even split from backward servers to the next stage's frontal servers.
+the task pool paper's even split from backward servers to the next stage's frontal servers.
 
 >>> p = Plan(method="demo", scenario="toy", stages=(PlanStage(devices=("a",), layers=2),
 ...     PlanStage(devices=("b",), layers=2)), links=((("a", "b", 1.0),),), time=1.0,

@@ -1,7 +1,7 @@
-"""Named scenarios: DT-FM's five cases (seed 003, Section 4) and seed 002's cases 1-4 and §4.4.
+"""Named scenarios: DT-FM's five cases (the DT-FM paper, Section 4) and the task pool paper's cases 1-4 and §4.4.
 
 Where a paper gives a number it is used as given; everything else (intra-machine links, the
-per-region delay table, seed 002's real-world matrices, which are only an image) is an assumption
+per-region delay table, the task pool paper's real-world matrices, which are only an image) is an assumption
 written in the scenario's `notes`. Bandwidths are bytes/s, delays seconds.
 
 >>> s = preset("dtfm_world", n=16)
@@ -132,7 +132,7 @@ def _hpcs(count: int, per: int) -> list[Device]:
 
 
 def ps_case(case: int, n: int = 16, seed: int = 0, jitter: float = 0.05) -> NetworkScenario:
-    """Seed 002 cases 1-4: 1 data center (2 GB/s between nodes), 2 heterogeneous network
+    """The task pool paper's cases 1-4: 1 data center (2 GB/s between nodes), 2 heterogeneous network
     (1-3 GB/s, 10-100 ms between HPCs), 3 plus standalone RTX 2080s (50-300 Mb/s, 100-150 ms),
     4 = case 3 with the 2080s unreliable."""
     name = f"ps_case{case}"
@@ -159,12 +159,12 @@ def ps_case(case: int, n: int = 16, seed: int = 0, jitter: float = 0.05) -> Netw
         return slow[(a, b)]
 
     return _build(name, devs, link, seed, jitter,
-                  f"seed 002 case {case}; 10 GB/s / 10 us inside an HPC node (assumed); "
+                  f"the task pool paper's case {case}; 10 GB/s / 10 us inside an HPC node (assumed); "
                   "random ranges as the paper states, drawn once per seed")
 
 
 def ps_realworld(n: int = 12, seed: int = 0, jitter: float = 0.05) -> NetworkScenario:
-    """Seed 002 §4.4: cloud HPC (3x RTX 4090), campus HPC (3x RTX 4090), six RTX 3080 on a local ISP
+    """The task pool paper's §4.4: cloud HPC (3x RTX 4090), campus HPC (3x RTX 4090), six RTX 3080 on a local ISP
     (two reliable, four unreliable). The run used double precision, so speeds are FP64 peaks and
     `extra["bytes_per_value"]` is 8. The paper's matrices are a figure; the numbers are assumed."""
     if n != 12:
@@ -182,7 +182,7 @@ def ps_realworld(n: int = 12, seed: int = 0, jitter: float = 0.05) -> NetworkSce
         return table.get((a, b)) or table[(b, a)]
 
     scenario = _build("ps_realworld", devs, link, seed, jitter,
-                      "seed 002 §4.4; its Figure 3 matrices are not in the text: intra-HPC 10 GB/s, "
+                      "the task pool paper's §4.4; its Figure 3 matrices are not in the text: intra-HPC 10 GB/s, "
                       "cloud-campus 20 ms / 200 Mb/s, campus-ISP 15 ms / 200 Mb/s, cloud-ISP 35 ms / 60 Mb/s, "
                       "ISP-ISP 5 ms / 300 Mb/s (assumed); FP64 peaks 1.29 (4090) and 0.465 (3080) TFLOP/s")
     scenario.extra["bytes_per_value"] = 8

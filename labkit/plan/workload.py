@@ -1,7 +1,7 @@
 """What the planners move and compute: c_DP / c_PP bytes and FLOPs, from a model shape and a batch.
 
-DT-FM (seed 003) needs c_DP (parameter/gradient bytes of one stage) and c_PP (activation bytes of
-one macro-batch between two stages); seed 002 needs t (activation bytes of one minibatch) and the
+DT-FM needs c_DP (parameter/gradient bytes of one stage) and c_PP (activation bytes of
+one macro-batch between two stages); the task pool paper needs t (activation bytes of one minibatch) and the
 batch's total FLOPs. Both come from here so the two planners price the same model the same way.
 
 >>> w = Workload.gpt3_xl(batch=1024)
@@ -31,7 +31,7 @@ class Workload:
     n_layer: int = 24  # transformer blocks
     seq_len: int = 2048  # tokens per sequence
     batch: int = 1024  # sequences per iteration, whole cluster
-    microbatch: int = 4  # sequences per minibatch (seed 002's d = batch / microbatch)
+    microbatch: int = 4  # sequences per minibatch (the task pool paper's d = batch / microbatch)
     bytes_per_value: int = 2  # fp16 activations, gradients and parameters
     c_dp_given: float | None = None  # DT-FM c_DP in bytes, overriding the derived value
     c_pp_given: float | None = None  # DT-FM c_PP in bytes, overriding the derived value
@@ -77,11 +77,11 @@ class Workload:
         return self.batch / replicas * self.seq_len * self.d_model * self.bytes_per_value
 
     def minibatch_bytes(self) -> float:
-        """Seed 002's t·B/d: activation bytes of one minibatch between adjacent stages."""
+        """The task pool paper's t·B/d: activation bytes of one minibatch between adjacent stages."""
         return self.microbatch * self.seq_len * self.d_model * self.bytes_per_value
 
     def minibatches(self) -> int:
-        """Seed 002's d: minibatches per batch."""
+        """The task pool paper's d: minibatches per batch."""
         return self.batch // self.microbatch
 
     def batch_flops(self, layers: float | None = None) -> float:

@@ -1,4 +1,4 @@
-"""The run handle around a run core that lives in this process: ATOM's replicas and seed 002's
+"""The run handle around a run core that lives in this process: ATOM's replicas and the task pool paper's
 task pool both run behind it.
 
 A core owns the work (threads, or actors it drives from here) and its lock; this handle loads the

@@ -22,7 +22,7 @@ ATOM_BACKENDS = {  # ATOM's replicas (config.executor="atom"): threads here, or 
     "inprocess": "labkit.runtime.atom.run:launch",
     "dask": "labkit.backends.dask.atom_replicas:launch",
 }
-TASKPOOL_BACKENDS = {  # seed 002's servers (here) and clients (threads here, or actors on Dask workers)
+TASKPOOL_BACKENDS = {  # the task pool paper's servers (here) and clients (threads here, or actors on Dask workers)
     "inprocess": "labkit.runtime.taskpool.run:launch",
     "dask": "labkit.backends.dask.taskpool_clients:launch",
 }

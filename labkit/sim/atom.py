@@ -1,4 +1,4 @@
-"""ATOM's swap schedule (seed 004, §III-C, Fig. 12) in virtual time, and the timeline type the
+"""ATOM's swap schedule (the ATOM paper, §III-C, Fig. 12) in virtual time, and the timeline type the
 pipeline baselines (`labkit.sim.pipelines`) share with it.
 
 One device trains a whole model held in host memory, cut into sub-models of consecutive layers
@@ -53,7 +53,7 @@ class Timeline:
     """A simulated schedule and what Figures 14-15 read from it, over its steady-state `window`.
 
     per_minibatch_s: wall seconds per minibatch of the whole schedule (ATOM: one device; a
-    pipeline: all its devices); gpu_s_per_minibatch: the seed's "per result GPU time",
+    pipeline: all its devices); gpu_s_per_minibatch: the ATOM paper's "per result GPU time",
     per_minibatch_s x devices; utilization: per device, compute-busy seconds inside the window /
     its length; memory: ATOM only, (time, device bytes) after every change."""
 

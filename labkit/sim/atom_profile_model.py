@@ -1,16 +1,16 @@
-"""An analytic ATOM profile (seed 004, §III-B): one `LayerCost` row per layer of a GPT-3 model on a
+"""An analytic ATOM profile (the ATOM paper, §III-B): one `LayerCost` row per layer of a GPT-3 model on a
 device preset, for the swap simulator (`labkit.sim.atom`) and the partition search, when no
 measured profile (`labkit.runtime.atom.profile`) is at hand.
 
 Layers, in the order they run: the embedding (token vocab x d plus positions seq_len x d), the
 transformer blocks, and the head (final LayerNorm and an untied vocab x d projection with the
-softmax cross-entropy, as minGPT, which the seed profiles). Per layer and one microbatch:
+softmax cross-entropy, as minGPT, which the ATOM paper profiles). Per layer and one microbatch:
 
 - compute: training FLOPs / (device peak x `efficiency`). A block takes
   `block_flops_per_token` (one third forward, two thirds backward); with `checkpointing` the
   backward repeats the forward (x 4/3 in all). The head's projection is 2·tokens·d·vocab FLOPs
   forward and twice that backward. The embedding is a gather and an add (2·tokens·d FLOPs each
-  way): next to nothing, while its load is as large as the head's (the seed's Fig. 7 and 11).
+  way): next to nothing, while its load is as large as the head's (the ATOM paper's Fig. 7 and 11).
 - load: parameter bytes / PCIe bandwidth (`pcie_gbps` in GB/s, 12 = PCIe 3.0 x16 effective).
 - memory (device bytes while the layer runs): its parameters and their gradients
   (`bytes_per_value` each) plus the activations of one microbatch. Optimizer state stays on the
@@ -18,7 +18,7 @@ softmax cross-entropy, as minGPT, which the seed profiles). Per layer and one mi
   al. 2022 (no recompute, 16-bit): seq·mb·d·(34 + 5·heads·seq/d) bytes, scaled by
   bytes_per_value / 2; the head's are the logits and their gradient. What the microbatches in
   flight keep for the backward is charged by the simulator (`stash_bytes`).
-- out_bytes: the tensor a cut after the layer moves, mb·seq·d values (the seed's Table II at
+- out_bytes: the tensor a cut after the layer moves, mb·seq·d values (the ATOM paper's Table II at
   bytes_per_value = 4); the head hands nothing on.
 
 The device's rate is the preset's peak whatever `bytes_per_value` says (fp16 tensor peak, or the
@@ -34,7 +34,7 @@ from labkit.plan.atom_profile import LayerCost
 from labkit.sim.hardware import DEVICES, block_flops_per_token, block_params, model_shape
 
 VOCAB = 50257  # GPT-2/3 BPE vocabulary
-# name -> (d_model, layers, heads): GPT-3 (Brown et al. 2020, Table 2.1) as the seed's Table II lists them
+# name -> (d_model, layers, heads): GPT-3 (Brown et al. 2020, Table 2.1) as the ATOM paper's Table II lists them
 GPT3: dict[str, tuple[int, int, int]] = {
     "gpt3-small": (768, 12, 12),
     "gpt3-medium": (1024, 24, 16),
@@ -67,7 +67,7 @@ def block_activation_bytes(d: int, heads: int, microbatch: int, seq_len: int, by
 def analytic_profile(model: str, device: str, microbatch: int, seq_len: int, pcie_gbps: float = 12.0,
                      efficiency: float = 0.4, bytes_per_value: int = 2, *, layers: int | None = None,
                      vocab: int = VOCAB, checkpointing: bool = True) -> tuple[LayerCost, ...]:
-    """Embedding, `layers` blocks (default: the model's own count; the seed trims 175B to 2, 13B
+    """Embedding, `layers` blocks (default: the model's own count; the ATOM paper trims 175B to 2, 13B
     to 18) and head of `model` on `device`, one microbatch of `microbatch` x `seq_len` tokens."""
     if device not in DEVICES:
         raise ConfigError("analytic_profile", "device", device, f"one of {sorted(DEVICES)}")

@@ -1,4 +1,4 @@
-"""The seed 004 baselines in virtual time: GPipe and PipeDream pipelines of P devices (§V, Figures
+"""ATOM's baselines in virtual time: GPipe and PipeDream pipelines of P devices (§V, Figures
 14-16), and the global-batch time of ATOM's replicas against pipelines (Fig. 16).
 
 The model is cut into P stages of consecutive layers, one stage per device. Between stage s and
@@ -7,7 +7,7 @@ layer's `out_bytes` both ways): a send starts when the tensor is computed and th
 free, occupies the link for bytes x 8 / bandwidth (one send at a time per direction, full duplex)
 and arrives `latency_s` later. Sends overlap compute: a device computes the next microbatch while
 the previous one is on the wire. A stage's forward or backward of one microbatch takes the sum of
-its layers' `fwd_s` / `bwd_s`. Device -> host copies for serialization (gRPC in the seed) are not
+its layers' `fwd_s` / `bwd_s`. Device -> host copies for serialization (gRPC in the ATOM paper) are not
 modelled; fold them into the bandwidth.
 
 The two schedules differ only in the order each device runs its work; one executor runs both:
@@ -47,7 +47,7 @@ def _check_count(owner: str, name: str, value: int) -> None:
 def balanced_stages(profile: Sequence[LayerCost], devices: int) -> tuple[int, ...]:
     """Layers per stage for `devices` stages of consecutive layers with the smallest largest
     stage compute (fwd_s + bwd_s); cuts between blocks all move the same tensor, so this is the
-    seed's "optimally partitioned" baseline. Ties leave the later stages the larger."""
+    ATOM paper's "optimally partitioned" baseline. Ties leave the later stages the larger."""
     layers = check_profile(profile)
     _check_count("balanced_stages", "devices", devices)
     n = len(layers)

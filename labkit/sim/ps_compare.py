@@ -1,4 +1,4 @@
-"""Seed 002's comparison in virtual time: the task pool against SWARM on the same world and the
+"""The task pool paper's comparison in virtual time: the task pool against SWARM on the same world and the
 same disconnection draws (Table 2, Figure 2). A draw is a fraction of the batch, placed on each
 method's own undisturbed batch time, so that every disconnection falls inside the batch for both.
 """
@@ -31,7 +31,7 @@ def batch_stats(world: PsWorld, method: str, rate: float, batches: int, seed: in
 
 def with_unreliable(network: NetworkScenario, count: int) -> NetworkScenario:
     """`network` with exactly `count` unreliable devices: the slowest first, then from the end
-    of the device list (seed 002 §4.2's unreliable ratio over one fixed set of devices)."""
+    of the device list (the task pool paper's §4.2 unreliable ratio over one fixed set of devices)."""
     order = sorted(range(network.n), key=lambda i: (network.devices[i].flops, -i))
     chosen = set(order[:count])
     devices = tuple(dataclasses.replace(d, reliable=i not in chosen) for i, d in enumerate(network.devices))

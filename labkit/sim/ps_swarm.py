@@ -1,4 +1,4 @@
-"""SWARM on seed 002's devices in virtual time, for the task pool's comparison: the same plan
+"""SWARM on the task pool paper's devices in virtual time, for the task pool's comparison: the same plan
 (every device of a stage is a SWARM peer of it, "the same allocation as our optimized scheme"),
 the same links, the same disconnections, and labkit's SWARM `StepLedger` for what is redone.
 

@@ -1,4 +1,4 @@
-"""Seed 002's parameter-server pipeline in virtual time: one `StagePool` per stage, the same
+"""The task pool paper's parameter-server pipeline in virtual time: one `StagePool` per stage, the same
 bookkeeping the executors call, driven by an event heap.
 
 All microbatches of a batch wait at stage 0's frontal servers at t = 0. A device of a stage pulls

@@ -1,4 +1,4 @@
-"""Seed 002's setting compiled for the virtual-time comparison of the task pool and SWARM: a
+"""The task pool paper's setting compiled for the virtual-time comparison of the task pool and SWARM: a
 clustering `Plan` on a `NetworkScenario` (its devices, per-pair delay and bandwidth), a model
 `Workload`, and the disconnection draws both methods share.
 
@@ -90,7 +90,7 @@ def ps_world(network: NetworkScenario, plan: Plan, workload: Workload, **timeout
 
 
 def disconnections(world: PsWorld, rate: float, seed: int) -> dict[int, float]:
-    """Seed 002 §4.1 case 4 / §4.2: each unreliable device vanishes during the batch with
+    """The task pool paper's §4.1 case 4 / §4.2: each unreliable device vanishes during the batch with
     probability `rate`, at a uniform fraction of it (it is back for the next batch)."""
     rng = np.random.default_rng(seed)
     drops = {}

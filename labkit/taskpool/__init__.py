@@ -1,4 +1,4 @@
-"""Seed 002's parameter-server pipeline stage as pure policy: frontal and backward servers,
+"""The task pool paper's parameter-server pipeline stage as pure policy: frontal and backward servers,
 unreliable clients and the task pool that takes over a vanished client's work.
 
 `StagePool` is one stage's bookkeeping, driven by explicit calls with explicit times (the

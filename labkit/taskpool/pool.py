@@ -1,4 +1,4 @@
-"""One stage of seed 002's parameter-server pipeline as pure bookkeeping, driven by explicit calls
+"""One stage of the task pool paper's parameter-server pipeline as pure bookkeeping, driven by explicit calls
 with explicit times (no threads, no clock): an executor calls it from its server threads or
 actors, the simulator calls it in virtual time.
 

@@ -1,6 +1,6 @@
 """Who holds which samples: contiguous index ranges split evenly over servers or by compute.
 
-Seed 002 §3.2.1: the servers on either side of a stage boundary each hold an even, contiguous
+The task pool paper, §3.2.1: the servers on either side of a stage boundary each hold an even, contiguous
 share of a microbatch's samples, so a sender's range overlaps one or a few receivers' ranges
 (2 BS -> 3 FS: the first BS sends 2/3 of its half to FS1 and 1/3 to FS2, the second BS 1/3 to FS2
 and 2/3 to FS3); a frontal server hands its samples to clients in proportion to their compute.
@@ -32,7 +32,7 @@ def owners(samples: int, servers: Sequence[str], start: int, end: int) -> list[S
 
 
 def segments(samples: int, senders: Sequence[str], receivers: Sequence[str]) -> list[tuple[str, str, int, int]]:
-    """Seed 002's even split across a boundary: (sender, receiver, start, end) for every overlap."""
+    """The task pool paper's even split across a boundary: (sender, receiver, start, end) for every overlap."""
     c = cuts(samples, len(senders))
     return [(a, b, lo, hi) for i, a in enumerate(senders)
             for b, lo, hi in owners(samples, receivers, c[i], c[i + 1])]

@@ -1,4 +1,4 @@
-"""The panel on a short ATOM run in JupyterLab: the swap timeline (seed 004's Figure 12) renders
+"""The panel on a short ATOM run in JupyterLab: the swap timeline (ATOM's Figure 12) renders
 offline with one panel per replica, beside throughput and loss, and no SWARM-only chart."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ATOM's swap executor (seed 004 §III-C) against plain training: the same parameters for several
+"""ATOM's swap executor (the ATOM paper, §III-C) against plain training: the same parameters for several
 partitions and accumulation degrees, a device budget smaller than the model that is never
 exceeded, and a budget too small refused before it is passed."""
 

@@ -1,4 +1,4 @@
-"""Seed 002's task-pool executor behind the run handle: training equals the single-process loop
+"""The task pool paper's task-pool executor behind the run handle: training equals the single-process loop
 (and, with delayed parameter updates, the one-step-delayed loop), and a client that vanishes
 mid-forward, mid-backward or by going silent loses no sample and doubles none: its slices are
 finished by others from the pool, and no forward work is repeated beyond what it took with it."""

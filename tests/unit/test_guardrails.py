@@ -407,3 +407,15 @@ def test_allowed_big_files_are_not_stale() -> None:
     _fail_if([f"{path}: " + (f"{counts[path]} lines" if path in counts else "no such module")
               for path in ALLOWED_BIG_FILES if counts.get(path, 0) <= MAX_LINES],
              f"ALLOWED_BIG_FILES entries no longer over {MAX_LINES} lines, remove them:")
+
+
+def test_papers_are_named_not_numbered() -> None:
+    """No tracked file calls a paper by its internal seed number: docs/papers.md gives each its
+    short name (SWARM, DiLoCo-SWARM, the task pool paper, DT-FM, ATOM). The pattern is built here
+    so that this file does not match it."""
+    label = "seed" + "s? 00"
+    found = subprocess.run(["git", "grep", "-I", "-n", "-i", "-E", "-e", label], cwd=REPO,
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert found.returncode in (0, 1), f"git grep failed: {found.stderr}"
+    _fail_if(found.stdout.splitlines(),
+             "a paper named by its internal seed number; use its short name from docs/papers.md:")

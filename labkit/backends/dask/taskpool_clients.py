@@ -1,4 +1,4 @@
-"""Seed 002's task pool on a Dask cluster: each client's computer is an actor on a worker of its
+"""The task pool paper's task pool on a Dask cluster: each client's computer is an actor on a worker of its
 own (GPU workers first), the servers and the pool stay with the run in the driver.
 
 The servers send each task's input slice, output-gradient slice and (at a new pass) parameters

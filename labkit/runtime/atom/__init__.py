@@ -1,1 +1,1 @@
-"""ATOM (seed 004): whole-model replicas that swap sub-models through a small device budget."""
+"""ATOM: whole-model replicas that swap sub-models through a small device budget."""

@@ -1,4 +1,4 @@
-"""A layer profile of the real model on the device in use (seed 004 §III-D's augmented graph):
+"""A layer profile of the real model on the device in use (the augmented graph of ATOM's §III-D):
 per layer, what it holds on the device, its forward, backward and host -> device load times, and
 the tensor it hands on.
 

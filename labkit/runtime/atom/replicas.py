@@ -1,4 +1,4 @@
-"""ATOM's replicas side by side, made one run by the global-batch rule (seed 004 §III-E).
+"""ATOM's replicas side by side, made one run by the global-batch rule (the ATOM paper, §III-E).
 
 Every replica trains the whole model (a `ReplicaEngine`, in this process or on a Dask worker),
 taking C microbatches of the step at a time from a one-stage `StepLedger` (the SWARM ledger: each

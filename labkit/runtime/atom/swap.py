@@ -1,4 +1,4 @@
-"""One ATOM replica (seed 004 §III-C): the whole model in host memory, trained through a device
+"""One ATOM replica (the ATOM paper, §III-C): the whole model in host memory, trained through a device
 budget smaller than the model by swapping sub-models in and out.
 
 An iteration runs C microbatches forward through sub-models 1..K (keeping each sub-model's

@@ -1,1 +1,1 @@
-"""Seed 002's parameter-server pipeline with a task pool, run in this process (see `core`)."""
+"""The task pool paper's parameter-server pipeline with a task pool, run in this process (see `core`)."""

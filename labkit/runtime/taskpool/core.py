@@ -1,4 +1,4 @@
-"""Seed 002's parameter-server pipeline: servers per stage in this process, clients here or on Dask.
+"""The task pool paper's parameter-server pipeline: servers per stage in this process, clients here or on Dask.
 
 Each stage has reliable servers (`StageServers`: FS, BS, master parameters) and unreliable clients
 (`Client`: a computer fed by a thread of the run). A pass enters every microbatch at the first FS;

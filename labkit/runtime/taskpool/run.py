@@ -24,7 +24,7 @@ WHY_NOT = {
     "rebalance": "the frontal servers split every microbatch by the clients' compute: there is nothing to move",
     "set_layer_split": "the servers' stages are fixed for the run",
     "set_compression": "slices cross stages through the servers as they are: there is no wire codec",
-    "set_sync": "the servers aggregate every pass (seed 002's rule)",
+    "set_sync": "the servers aggregate every pass (the task pool paper's rule)",
 }
 
 

@@ -1,4 +1,4 @@
-"""Seed 002's clustering planner: level choice, server roles, clients, layer split, links."""
+"""The task pool paper's clustering planner: level choice, server roles, clients, layer split, links."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from labkit.plan.workload import Workload
 
 
 def _eq2_eq3_time(scenario: NetworkScenario, workload: Workload, groups: list[list[int]]) -> float:
-    """Seed 002's Eq. 2 with DT_k from Eq. 3, priced from the scenario's raw matrices by plain loops."""
+    """The task pool paper's Eq. 2 with DT_k from Eq. 3, priced from the scenario's raw matrices by plain loops."""
     t, d, p = workload.minibatch_bytes(), workload.minibatches(), len(groups)
     compute = sum(scenario.devices[i].flops for g in groups for i in g)
     dt = workload.batch_flops() / (d * p * compute)  # Eq. 3: B|H| / (d p sum C_s)

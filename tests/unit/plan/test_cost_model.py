@@ -1,4 +1,4 @@
-"""DT-FM's cost model (seed 003, Eq. 2-4) against costs computed by hand for N = 4, 6, 8."""
+"""DT-FM's cost model (the DT-FM paper, Eq. 2-4) against costs computed by hand for N = 4, 6, 8."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ATOM's swap schedule and the GPipe / PipeDream baselines in virtual time (seed 004, Figures
+"""ATOM's swap schedule and the GPipe / PipeDream baselines in virtual time (the ATOM paper, Figures
 12, 14-16): hand-worked small cases, the pipeline bubble, and invariants of every timeline."""
 
 import math

@@ -1,4 +1,4 @@
-"""Seed 002's task pool and SWARM in virtual time: a hand-computed undisturbed batch, and under
+"""The task pool paper's task pool and SWARM in virtual time: a hand-computed undisturbed batch, and under
 disconnections the pool redoes only the lost slices and beats SWARM, as the paper claims."""
 
 from __future__ import annotations

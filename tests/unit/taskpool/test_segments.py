@@ -1,4 +1,4 @@
-"""Seed 002's index arithmetic: the even split across a stage boundary and the split by compute."""
+"""The task pool paper's index arithmetic: the even split across a stage boundary and the split by compute."""
 
 from __future__ import annotations
 
