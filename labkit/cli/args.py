@@ -1,4 +1,4 @@
-"""argparse types shared by the sub-commands: bounded integers and output folders; new output folders.
+"""argparse types shared by the sub-commands (bounded integers, output folders) and new output folders.
 
 A bad value becomes argparse's one-line `labkit <cmd>: error: argument --flag: ...` before any
 work starts, so a long plan or simulation never ends in a traceback over a file in the way, nor
