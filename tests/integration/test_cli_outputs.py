@@ -73,6 +73,7 @@ def test_default_outputs_are_new_folders_each_time(tmp_path: Path, monkeypatch: 
     assert all(f"wrote {p.relative_to(tmp_path) / 'plan.json'} and" in out for p in plans)  # the path to train with
     assert all(f"-> {s.relative_to(tmp_path)}" in out for s in sims)
     assert "4/4" in err  # the GA's bar has its total (4 iterations, dtfm's default)
+    assert err.count("dtfm: improving the structured starting plans by tabu search before the GA's first iteration") == 2
 
 
 def test_a_run_whose_claim_fails_leaves_its_folder_free(tmp_path: Path) -> None:
