@@ -43,7 +43,7 @@ def load(t: float, *, peer: str, stage: int, queue: int) -> Event:
 
 
 def evaluation(t: float, *, step: int, val_loss: float) -> Event:
-    """Validation loss (mean cross-entropy, nats per token) after `step` optimizer steps."""
+    """Validation loss (mean cross-entropy, nats per byte) after `step` optimizer steps."""
     return {"type": "eval", "t": t, "step": step, "val_loss": val_loss}
 
 

@@ -1,7 +1,8 @@
-"""argparse types shared by the sub-commands: bounded integers and output folders.
+"""argparse types shared by the sub-commands (bounded integers, output folders) and new output folders.
 
 A bad value becomes argparse's one-line `labkit <cmd>: error: argument --flag: ...` before any
-work starts, so a long plan or simulation never ends in a traceback over a file in the way.
+work starts, so a long plan or simulation never ends in a traceback over a file in the way, nor
+writes over the records of an earlier run, plan or simulation.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
+
+from labkit.runtime.files import records_in
 
 
 def int_in(low: int, high: int, why: str = "") -> Callable[[str], int]:
@@ -38,3 +41,28 @@ def out_dir(text: str) -> Path:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"{text!r}: cannot write in {str(existing)!r}")
     return path
+
+
+def fresh_out_dir(text: str) -> Path:
+    """An argparse type: an `out_dir` that holds no run's, plan's or simulation's records, so that
+    nothing earlier is overwritten."""
+    path = out_dir(text)
+    held = records_in(path)
+    if held:
+        raise argparse.ArgumentTypeError(f"{text!r} holds the records of an earlier run, plan or simulation "
+                                         f"({', '.join(held)}): give a new or empty folder, or leave the flag out "
+                                         "for a new one")
+    return path
+
+
+def new_run_dir(root: Path, stamp: str) -> Path:
+    """A new empty directory `root/stamp`, or `root/stamp-2`, `-3`, ... when taken (runs started
+    in the same second); made here, so two runs starting at once never get the same one."""
+    n = 1
+    while True:
+        path = root / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            n += 1

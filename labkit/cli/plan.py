@@ -1,11 +1,13 @@
 """`labkit plan`: plan a scenario with DT-FM, Kernighan-Lin, random assignment or the clustering planner.
 
-    labkit plan --preset dtfm_world --method dtfm --seed 0 --out runs/plan
+    labkit plan --preset dtfm_world --method dtfm --seed 0 --out runs/my-plan
     labkit plan my_scenario.json --method cluster
     labkit plan --network cluster.json --dp-message-gb 0.9 --pp-message-gb 0.5
 
 Prints the plan and its cost parts (a progress bar while the GA searches), and writes
-`plan.json` and a picture: delay and bandwidth heatmaps with devices ordered by their stage,
+`plan.json` and a picture into --out (a folder holding an earlier plan's, run's or simulation's
+records is refused), by default a new `runs/plan/<date-time>` each time: delay and bandwidth
+heatmaps with devices ordered by their stage,
 plus the pipeline drawn stage by stage (PNG through vl-convert when installed, else HTML).
 `--network` reads a measured cluster as matrices (`labkit.plan.matrix_file`). The last line is
 `plan cost=<s> dp=<s> pp=<s> cpu_seconds=<s>`.
@@ -20,9 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-from labkit.cli.args import int_in, out_dir
+from labkit.cli.args import fresh_out_dir, int_in, new_run_dir
 from labkit.config import ConfigError
 from labkit.plan.cluster import plan_cluster
+from labkit.plan.dtfm import DEFAULT_GENERATIONS
 from labkit.plan.dtfm import METHODS as DTFM_METHODS
 from labkit.plan.dtfm import plan_dtfm
 from labkit.plan.matrix_file import MatrixNetwork, load_network
@@ -62,7 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="sequences per iteration for dtfm/kl/random (at most 2^30)")
     p.add_argument("--layers", type=int_in(1, MAX_LAYERS), default=24,
                    help=f"GPT3-XL depth for dtfm/kl/random (at most {MAX_LAYERS})")
-    p.add_argument("--out", type=out_dir, default="runs/plan", help="folder for plan.json and the picture")
+    p.add_argument("--out", type=fresh_out_dir, default=None,
+                   help="a new or empty folder for plan.json and the picture (default: a new runs/plan/<date-time>)")
     p.set_defaults(handler=run)
 
 
@@ -119,12 +123,16 @@ def _plan(args: argparse.Namespace, scenario: NetworkScenario, net: MatrixNetwor
         return plan_dtfm(scenario, stages, workload, method="random", seed=args.seed)
     from tqdm import tqdm
 
-    with tqdm(total=args.generations, desc=f"{args.method} GA", unit="it", file=sys.stderr) as bar:
+    generations = args.generations or DEFAULT_GENERATIONS[args.method]
+    if args.method == "dtfm":
+        print("dtfm: improving the structured starting plans by tabu search before the GA's first iteration "
+              "(the slowest part)", file=sys.stderr)
+    with tqdm(total=generations, desc=f"{args.method} GA", unit="it", file=sys.stderr) as bar:
         def progress(it: int, best: float) -> None:
             bar.update(1)
             bar.set_postfix(best=f"{best:.3f}s")
         return plan_dtfm(scenario, stages, workload, method=args.method, seed=args.seed,
-                         generations=args.generations, progress=progress)
+                         generations=generations, progress=progress)
 
 
 def picture(scenario: NetworkScenario, plan: Plan):  # -> altair.Chart
@@ -183,9 +191,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"labkit plan: error: {err}", file=sys.stderr)
         return 2
     print(plan.describe())
-    out = args.out
+    out = args.out or new_run_dir(Path("runs/plan"), time.strftime("%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "plan.json").write_text(plan.to_json())
+    try:
+        with open(out / "plan.json", "x") as f:  # exclusively: never over a plan written since the flags were read
+            f.write(plan.to_json())
+    except FileExistsError:
+        print(f"labkit plan: error: {str(out / 'plan.json')!r} was written meanwhile: plan again with a new --out",
+              file=sys.stderr)
+        return 2
     import altair as alt
 
     alt.data_transformers.disable_max_rows()

@@ -1,7 +1,10 @@
 """`labkit simulate`: run a scenario file or a named preset; write events, summary and report.
 
     labkit simulate --preset small-swarm --out runs/sim
-    labkit simulate scenario.json --mode fluid --out runs/sim
+    labkit simulate scenario.json --mode fluid
+
+The outputs go to --out, which must not hold an earlier run's, plan's or simulation's records,
+or by default to a new `runs/simulate/<date-time>` each time: nothing earlier is overwritten.
 """
 
 from __future__ import annotations
@@ -10,11 +13,12 @@ import argparse
 import dataclasses
 import json
 import math
+import time
 from pathlib import Path
 
 from tqdm import tqdm
 
-from labkit.cli.args import int_in, out_dir
+from labkit.cli.args import fresh_out_dir, int_in, new_run_dir
 from labkit.config import ConfigError
 from labkit.sim import MODES, SimScenario
 from labkit.sim.events_sim import MAX_HOPS, check_events, run_events
@@ -29,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("scenario", nargs="?", type=Path, help="scenario JSON file (fields of labkit.sim.SimScenario)")
     parser.add_argument("--preset", choices=sorted(SIM_PRESETS), help="a named scenario instead of a file")
     parser.add_argument("--mode", choices=MODES, default="events", help="microbatch events or the fluid model")
-    parser.add_argument("--out", type=out_dir, default="runs/simulate", help="folder for the outputs")
+    parser.add_argument("--out", type=fresh_out_dir, default=None,
+                        help="a new or empty folder for the outputs (default: a new runs/simulate/<date-time>)")
     parser.add_argument("--duration", type=float, help="override the scenario's simulated seconds")
     parser.add_argument("--seed", type=int_in(0, 2**32 - 1), help="override the scenario's seed")
     parser.add_argument("--max-hops", type=int_in(0, MAX_HOPS, "each is an event in memory and a line on disk"),
@@ -90,17 +95,23 @@ def _run(args: argparse.Namespace) -> int:
             result = run_fluid(scenario)
             progress(scenario.duration)
     summary = summarize(result)
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "events.jsonl", "w") as f:
+    out = args.out or new_run_dir(Path("runs/simulate"), time.strftime("%Y%m%d-%H%M%S"))
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        f = open(out / "events.jsonl", "x")  # exclusively: never over records written since the flags were read
+    except FileExistsError:
+        args.parser.error(f"{str(out)!r} received another run's or simulation's records meanwhile: simulate again "
+                          "with a new --out")
+    with f:
         for event in result.events:
             f.write(json.dumps(_finite(event)) + "\n")
-    (args.out / "summary.json").write_text(json.dumps(_finite(summary), indent=2))
+    (out / "summary.json").write_text(json.dumps(_finite(summary), indent=2))
     from labkit.lab.report import SIM_SERIES, write_report  # altair and vl-convert: 2 s to import, only here
 
-    (args.out / SIM_SERIES).write_text(json.dumps(_finite(throughput_series(result))))
-    report = write_report(args.out)
+    (out / SIM_SERIES).write_text(json.dumps(_finite(throughput_series(result))))
+    report = write_report(out)
     print(f"simulated {scenario.duration:.0f} s of {scenario.name} ({args.mode}) in {result.wall_seconds:.1f} s: "
-          f"{summary['samples_per_s']:.1f} samples/s, {summary['percent_of_optimal']:.1f} % of optimal -> {args.out}")
+          f"{summary['samples_per_s']:.1f} samples/s, {summary['percent_of_optimal']:.1f} % of optimal -> {out}")
     print(f"report: {report}")
     return 0
 

@@ -17,7 +17,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from labkit.cli.args import int_in, out_dir
+from labkit.cli.args import int_in, new_run_dir, out_dir
 from labkit.cli.interrupts import Interrupts
 from labkit.config import (ATOM_DEVICES, EXECUTORS, INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES,
                            AtomConfig, ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig, TaskPoolConfig)
@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", default=None, metavar="PATH", help="a text file or folder (default: the stdlib's .py files)")
     p.add_argument("--stages", type=int, default=defaults.stages, help="pipeline stages")
     p.add_argument("--peers", type=_peers, default=defaults.peers, help="peers per stage: N, or N1,N2,... one per stage")
-    p.add_argument("--layer-split", type=_split, default=None, metavar="N1,N2,...", help="blocks per stage, e.g. 3,1")
+    p.add_argument("--layer-split", type=_split, default=None, metavar="N1,N2,...",
+                   help="blocks per stage, e.g. 3,1 (default: as even as the stages allow)")
     p.add_argument("--trainers", type=int, default=defaults.trainers, help="trainers (threads; worker processes with --backend dask)")
     p.add_argument("--inflight", type=int, default=defaults.inflight, help="microbatches each trainer keeps in flight")
     p.add_argument("--steps", type=int, default=defaults.steps, help="optimizer steps")
@@ -129,19 +130,6 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                         device=args.device, prefetch=not args.no_prefetch),
         taskpool=TaskPoolConfig(frontal=args.frontal, backward=args.backward, slack=args.slack, grace=args.grace),
     )
-
-
-def new_run_dir(root: Path, stamp: str) -> Path:
-    """A new empty directory `root/stamp`, or `root/stamp-2`, `-3`, ... when taken (runs started
-    in the same second); made here, so two runs starting at once never get the same one."""
-    n = 1
-    while True:
-        path = root / (stamp if n == 1 else f"{stamp}-{n}")
-        try:
-            path.mkdir(parents=True)
-            return path
-        except FileExistsError:
-            n += 1
 
 
 def _launch(args: argparse.Namespace, cfg: RunConfig) -> tuple[RunHandle, Path]:
@@ -228,7 +216,7 @@ def _follow(args: argparse.Namespace, cfg: RunConfig, run: RunHandle, run_dir: P
             bar.set_postfix(loss=f"{event['loss']:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
             bar.update(event["step"] - bar.n)
         elif event["type"] == "eval":
-            tqdm.write(f"step {event['step']:>5}  validation loss {event['val_loss']:.4f}")
+            tqdm.write(f"step {event['step']:>5}  validation loss {event['val_loss']:.4f} nats/byte")
         elif event["type"] == "setting" and event["name"] == "atom_partition":
             v = event["value"]
             tqdm.write(f"atom: sub-models of {v['sizes']} layers in a budget of {v['budget_bytes'] / 1e6:.2f} MB "

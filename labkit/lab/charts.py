@@ -72,7 +72,7 @@ def throughput_chart() -> alt.LayerChart:
 def loss_chart() -> alt.LayerChart:
     """Training loss at every step and validation loss at every evaluation, over time."""
     line = alt.Chart(alt.Data(name="loss")).mark_line().encode(
-        x=alt.X("t:Q", title="seconds"), y=alt.Y("loss:Q", title="loss (nats/token)", scale=alt.Scale(zero=False)),
+        x=alt.X("t:Q", title="seconds"), y=alt.Y("loss:Q", title="loss (nats/byte)", scale=alt.Scale(zero=False)),
         color=alt.Color("kind:N", title=None), tooltip=["step:Q", "loss:Q", "kind:N"])
     return (line + _marks()).properties(title="Loss", width=WIDTH, height=160)
 

@@ -138,4 +138,4 @@ def _status_line(run: RunHandle) -> str:
         return f"run {summary.get('status')} at step {summary.get('steps')}"
     if step is None:
         return "run starting…"
-    return f"running: step {step['step']} of {run.config.steps}, loss {step['loss']:.3f}"
+    return f"running: step {step['step']} of {run.config.steps}, loss {step['loss']:.3f} nats/byte"

@@ -18,9 +18,9 @@ import vl_convert
 from labkit.jsonfile import read_json
 from labkit.lab.charts import CHARTS, Spec, chart_names, with_data
 from labkit.lab.rows import rows_of_run
+from labkit.runtime.files import SIM_SERIES
 
 REPORT_NAME = "report.html"
-SIM_SERIES = "throughput.json"  # `labkit simulate` writes achieved and optimal samples/s over time here
 
 
 def write_report(run_dir: str | Path) -> Path:

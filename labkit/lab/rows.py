@@ -121,7 +121,7 @@ class Rows:
             steps = max(1, e["step"] - self._last_step[1])
             self._throughput.append({"t": t, "step": e["step"], "tokens_per_s": e["tokens"] * steps / seconds})
         self._last_step = (t, e["step"])
-        if e["loss"] == e["loss"]:  # a simulated step has no loss (NaN)
+        if e["loss"] is not None and e["loss"] == e["loss"]:  # a simulated step has no loss (NaN; null on disk)
             self._loss.append({"t": t, "step": e["step"], "loss": e["loss"], "kind": "train"})
 
     def _eval(self, e: Event) -> None:

@@ -2,9 +2,11 @@
 
 `measured_speeds` reads each live peer's service time from its hop events; `what_if_scenario`
 builds the same swarm `scale` times larger on a chosen network with churn; `what_if` runs it with
-the fluid (numba) kernel with rebalancing on and off and reports % of optimal for each, in
-seconds of wall time. `WhatIfPanel(run)` puts the knobs, a Simulate button, a result line and a
-throughput chart beside the live charts::
+the fluid (numba) kernel with rebalancing on and off and reports each one's tokens/s and % of
+its own optimum (its live peers all serving, best placed: `labkit.sim.summary`), in seconds.
+Without rebalancing nobody moves, so a swarm that starts balanced stays near 100 %; each move
+costs a download, so compare the tokens/s to see which is faster. `WhatIfPanel(run)` puts the
+knobs, a Simulate button, a result line and a throughput chart beside the live charts::
 
     panel = WhatIfPanel(run); panel.widget()     # then click Simulate (or panel.simulate_button.click())
 """
@@ -184,7 +186,7 @@ def measured_world(scenario: SimScenario, speeds: dict[str, PeerSpeed], config: 
 
 @dataclasses.dataclass(frozen=True)
 class WhatIfResult:
-    """% of optimal with and without rebalancing, tokens/s per bin for a chart, wall seconds."""
+    """% of optimal with and without rebalancing (each of its own optimum), tokens/s per bin, wall seconds."""
 
     scale: int
     rtt_ms: float
@@ -196,11 +198,16 @@ class WhatIfResult:
     series: list[dict[str, Any]]  # rows: t (virtual s), tokens_per_s, run ("with/without rebalancing", "optimal")
     seconds: float  # wall time of both simulations
 
+    def mean_tokens_per_s(self, run: str) -> float:
+        """Simulated tokens/s of `run` ("with rebalancing", "without rebalancing", "optimal"), all bins."""
+        return float(np.mean([row["tokens_per_s"] for row in self.series if row["run"] == run]))
+
     def line(self) -> str:
-        """One line for the panel, e.g. '10x peers at 100 ms, 100 Mb/s, 6 churn/h: 81.2 % ...'."""
+        """One line for the panel: each run's tokens/s and % of its optimum, and what the optimum is."""
         return (f"{self.scale}x peers at {self.rtt_ms:g} ms, {self.bandwidth_mbps:g} Mb/s, "
-                f"{self.churn_per_hour:g} churn/h: {self.with_rebalancing:.1f} % of optimal with rebalancing, "
-                f"{self.without_rebalancing:.1f} % without ({self.seconds:.1f} s)")
+                f"{self.churn_per_hour:g} churn/h: with rebalancing {self.mean_tokens_per_s('with rebalancing'):,.0f} "
+                f"tokens/s ({self.with_rebalancing:.1f} % of its optimum), without {self.mean_tokens_per_s('without rebalancing'):,.0f} "
+                f"tokens/s ({self.without_rebalancing:.1f} %); optimum: the same live peers all serving, best placed ({self.seconds:.1f} s)")
 
 
 def what_if(speeds: dict[str, PeerSpeed], config: RunConfig, **knobs: Any) -> WhatIfResult:
@@ -222,13 +229,14 @@ def what_if(speeds: dict[str, PeerSpeed], config: RunConfig, **knobs: Any) -> Wh
 
 
 def whatif_chart(result: WhatIfResult | None) -> alt.Chart:
-    """Simulated tokens/s over virtual time with and without rebalancing, and the optimum."""
+    """Simulated tokens/s over time with and without rebalancing, and the optimum of the run with it."""
     rows = result.series if result else []
-    title = f"What-if: {result.scale}x peers ({result.peers})" if result else "What-if (press Simulate)"
+    title = (f"What-if: {result.peers} peers ({result.scale}x the live run), simulated tokens/s"
+             if result else "What-if: simulated tokens/s (press Simulate)")
     return alt.Chart(alt.Data(values=rows)).mark_line().encode(
-        x=alt.X("t:Q", title="virtual seconds"),
-        y=alt.Y("tokens_per_s:Q", title="tokens/s"),
-        color=alt.Color("run:N", title=None),
+        x=alt.X("t:Q", title="simulated seconds"),
+        y=alt.Y("tokens_per_s:Q", title="simulated tokens/s"),
+        color=alt.Color("run:N", title="simulated run"),
         strokeDash=alt.StrokeDash("run:N", legend=None),
     ).properties(title=title, width=360, height=220)
 

@@ -210,7 +210,9 @@ def rescale_split(split: tuple[int, ...], n_layer: int) -> tuple[int, ...]:
     """Blocks per stage in the same proportions for a model of `n_layer` blocks (largest
     remainder, at least one block per stage)."""
     if len(split) > n_layer:
-        raise ConfigError("Plan", "stages", len(split), f"at most the model's {n_layer} layers")
+        raise ConfigError("Plan", "stages", len(split), f"at most the model's {n_layer} layers, a block per stage: "
+                                                        "a deeper model (--size small has 12) or a plan of fewer "
+                                                        f"stages (labkit plan --stages {n_layer})")
     total = sum(split)
     spare = n_layer - len(split)  # blocks left once every stage has one
     shares = [spare * n / total for n in split]

@@ -15,7 +15,7 @@ from labkit.model.partition import boundary_spec, stage_bounds
 
 
 class Evaluator:
-    """Mean next-byte cross-entropy (nats/token) over `eval_batches` fixed validation microbatches."""
+    """Mean next-byte cross-entropy (nats/byte) over `eval_batches` fixed validation microbatches."""
 
     def __init__(self, cfg: RunConfig, val: np.ndarray, bounds: Sequence[tuple[int, int]]) -> None:
         sampler = WindowSampler(val, cfg.model.seq_len, seed=10_000 + cfg.seed)

@@ -1,9 +1,11 @@
 """The files a run leaves: a run directory that belongs to one run, and files written whole.
 
 A run never writes into a directory holding another run's files (`claim`), so a checkpoint always
-sits beside the config and events of the run that wrote it. Every file goes to a temporary name
-beside it and is renamed into place (`write_atomic`): a reader never sees half a file, and a failed
-write leaves no temporary file behind.
+sits beside the config and events of the run that wrote it; a claim that fails half way (a full
+disk) takes back what it made, so the directory stays free for the next run. Plans and
+simulations are refused an output folder that holds any such records (`records_in`). Every file
+goes to a temporary name beside it and is renamed into place (`write_atomic`): a reader never sees
+half a file, and a failed write leaves no temporary file behind.
 """
 
 from __future__ import annotations
@@ -16,14 +18,18 @@ from pathlib import Path
 from typing import Any
 
 RUN_FILES = ("config.json", "events.jsonl", "summary.json", "checkpoint.pt")  # what a run writes in its directory
+SIM_SERIES = "throughput.json"  # `labkit simulate` writes achieved and optimal samples/s over time here
+RECORD_FILES = (*RUN_FILES, "plan.json", SIM_SERIES)  # a run's, a plan's and a simulation's records
 
 
-def claim(run_dir: Path) -> Path:
-    """Make `run_dir` this run's directory (created if missing) and create its empty event log,
-    exclusively, so that two runs starting at once cannot share it; refuse a file or a directory
-    that holds a run's files."""
+def claim(run_dir: Path, config: Any = None) -> Path:
+    """Make `run_dir` this run's directory (created if missing), create its empty event log
+    exclusively, so that two runs starting at once cannot share it, and write `config` (JSON) as
+    config.json; refuse a file or a directory that holds a run's files. If writing fails (a full
+    disk), the log and the directory made here are removed again before the error is raised."""
     if run_dir.exists() and not run_dir.is_dir():
         raise NotADirectoryError(f"run_dir {str(run_dir)!r} is a file: give a directory for the run's files")
+    made = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file on its path, no permission, ...
@@ -36,7 +42,27 @@ def claim(run_dir: Path) -> Path:
         (run_dir / "events.jsonl").open("x").close()
     except FileExistsError:
         raise _taken(run_dir, ["events.jsonl"]) from None
+    if config is not None:
+        try:
+            write_json(run_dir / "config.json", config, "config")
+        except OSError:
+            _release(run_dir, made)
+            raise
     return run_dir
+
+
+def _release(run_dir: Path, made: bool) -> None:
+    """Undo a claim: remove the event log it created, and the directory if the claim made it."""
+    with suppress(OSError):
+        (run_dir / "events.jsonl").unlink()
+    if made:
+        with suppress(OSError):
+            run_dir.rmdir()
+
+
+def records_in(folder: Path) -> list[str]:
+    """The records of a run, plan or simulation that `folder` holds (none if it is new or empty)."""
+    return [name for name in RECORD_FILES if (folder / name).exists()] if folder.is_dir() else []
 
 
 def _taken(run_dir: Path, held: list[str]) -> FileExistsError:

@@ -79,9 +79,7 @@ def open_record(cfg: RunConfig, run_dir: str | Path | None, trace: bool) -> tupl
     """The run directory (claimed for this run, refused if it holds another run: see `files.claim`;
     with `config.json`) and the event log (`events.jsonl` there, hops printed if `trace`) of a run
     starting with `cfg`."""
-    path = claim(Path(run_dir)) if run_dir is not None else None
-    if path:
-        write_json(path / "config.json", cfg.to_dict(), "config")
+    path = claim(Path(run_dir), cfg.to_dict()) if run_dir is not None else None
     log = EventLog(path / "events.jsonl" if path else None)
     if trace:
         trace_hops(log)

@@ -17,7 +17,7 @@ import numpy as np
 from labkit import events
 from labkit.config import ConfigError
 from labkit.kernels.eventsim import RETRY, run_until, seed_noise
-from labkit.kernels.fluid import balanced_stages, pick_leaver, pipeline_rate
+from labkit.kernels.fluid import optimum_rate, pick_leaver
 from labkit.kernels.iwrr import iwrr_entry
 from labkit.kernels.rebalance import rebalance_join, rebalance_move
 from labkit.sim.result import SimResult
@@ -79,9 +79,8 @@ class _Swarm:
 
     def rate_of_optimum(self) -> float:
         s, w = self.s, self.w
-        balanced = balanced_stages(self.stage >= 0, self.service, s.stages)
-        return pipeline_rate(balanced, balanced >= 0, self.service, s.stages, s.trainers * s.window,
-                             w.hop_seconds, s.service_cv, w.group, w.ar_time, w.ar_rtt)[0]
+        return optimum_rate(self.stage, self.service, s.stages, s.trainers * s.window, w.hop_seconds, s.service_cv,
+                            w.group, w.ar_time, w.ar_rtt)
 
     def advance(self, t_end: float) -> None:
         w, s = self.w, self.s

@@ -2,9 +2,11 @@
 
 Optimal throughput at time t: the throughput `labkit.kernels.fluid.pipeline_rate` gives (same
 trainers, window, network and all-reduce) when every peer alive at t (serving, downloading or
-migrating) serves at once, assigned to stages by `balanced_stages` (water-filling; for identical
-peers it maximises the slowest stage's capacity exactly). % of optimal over a window is
-100 x microbatches finished in it / integral of the optimal throughput over it.
+migrating) serves at once, on the better of two layouts (`labkit.kernels.fluid.optimum_rate`):
+balanced by `balanced_stages` (water-filling; for identical peers it maximises the slowest
+stage's capacity exactly) or where the peers stand (with mixed devices, e.g. a plan from `labkit
+plan`, that can be the better one). % of optimal over a window is 100 x microbatches finished in
+it / integral of the optimal throughput over it.
 """
 
 from __future__ import annotations

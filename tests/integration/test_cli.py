@@ -27,7 +27,9 @@ def test_train_writes_a_run_directory(tmp_path: Path) -> None:
     assert (run / "checkpoint.pt").stat().st_size > 100_000
     assert "validation loss" in out.stdout
     assert "report: run/report.html" in out.stdout.splitlines()  # the run directory as given
-    assert (run / "report.html").read_text().count("<svg") == 6  # every lab chart, as a static picture
+    report = (run / "report.html").read_text()
+    assert report.count("<svg") == 6 and "<h2>loss</h2>" in report  # every lab chart, as a static picture
+    assert "loss (nats/byte)" in report and "nats/token" not in report  # the model's tokens are bytes
 
 
 @pytest.mark.parametrize(("args", "needle"), [

@@ -12,7 +12,7 @@ import torch
 
 import labkit
 from labkit.cli.main import main
-from labkit.cli.train import new_run_dir
+from labkit.cli.args import new_run_dir
 from labkit.config import DataConfig, RunConfig
 
 RUN_FILES = {"config.json", "events.jsonl", "summary.json", "checkpoint.pt"}

@@ -18,6 +18,7 @@ def test_preset_writes_events_summary_and_report(tmp_path, capsys):
     assert report.count("<svg") >= 4 and "<script" not in report  # static pictures: it opens offline
     for title in ("Throughput, achieved vs optimal", "Routing: who serves each stage", "Peer timeline"):
         assert title in report
+    assert "<h2>loss</h2>" not in report  # a simulation has no loss: no empty chart for it
     out = capsys.readouterr().out
     assert "samples/s" in out and out.strip().splitlines()[-1] == f"report: {tmp_path / 'report.html'}"
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from labkit.kernels.fluid import fluid_run
+from labkit.kernels.fluid import balanced_stages, fluid_run, optimum_rate, pipeline_rate
 from labkit.sim.events_sim import _Swarm
 from labkit.sim.presets import even_peers
 from labkit.sim.scenario import SimScenario
@@ -63,3 +63,17 @@ def test_booking_compute_across_bins_of_an_inexact_width_ends() -> None:
         _book(busy, 0, a, k * width - a, width)
         a = k * width
     assert busy.sum() == pytest.approx(a)
+
+
+def test_the_optimum_is_never_below_the_present_layout() -> None:
+    """Water-filling puts the peer fast everywhere first and starves stage 1 of the two fast only
+    there (0.02 microbatches/s); where they stand (those two on stage 0, it on stage 1) serves 1/s."""
+    service = np.array([[1.0, 1.0], [1.0, 100.0], [1.0, 100.0]])
+    present = np.array([1, 0, 0])
+    args = (service, 2, 4, np.zeros(3), 0.0, 0, np.zeros(2), 0.0)
+    balanced = balanced_stages(present >= 0, service, 2)
+    x_balanced = pipeline_rate(balanced, balanced >= 0, *args)[0]
+    x_present = pipeline_rate(present, present >= 0, *args)[0]
+    assert x_balanced < 0.05 < 0.5 < x_present
+    assert optimum_rate(present, *args) == x_present
+    assert optimum_rate(np.array([0, 1, 1]), *args) == pytest.approx(x_balanced)  # no better layout at hand

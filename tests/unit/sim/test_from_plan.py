@@ -9,6 +9,7 @@ from labkit.plan.dtfm import plan_dtfm
 from labkit.plan.presets import NETWORK_PRESETS
 from labkit.sim import simulate
 from labkit.sim.from_plan import scenario_from_plan
+from labkit.sim.summary import percent_of_optimal
 
 
 def test_a_dtfm_plan_runs_in_the_simulator() -> None:
@@ -24,6 +25,7 @@ def test_a_dtfm_plan_runs_in_the_simulator() -> None:
     assert all(k.rtt_ms > 0 and k.bandwidth_mbps > 0 for k in scenario.links)
     result = simulate(scenario)
     assert result.work.sum() > 0
+    assert 90.0 < percent_of_optimal(result) <= 100.5  # the plan's own layout counts toward the optimum
     hops = [e for e in result.events if e["type"] == "hop"]
     assert {e["stage"] for e in hops} == {0, 1, 2, 3}
 
