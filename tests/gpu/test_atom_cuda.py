@@ -4,7 +4,7 @@ on CUDA trains the same model as plain training on the CPU.
 Needs a CUDA device; skipped (with the reason) without one.
 
 The budget (labkit/runtime/atom/engine.py) counts what a swap keeps on the device: the resident
-sub-models' parameters and gradients and the C microbatches' cut tensors in flight (seed 004
+sub-models' parameters and gradients and the C microbatches' cut tensors in flight (the ATOM paper
 §III-C). It does not count a turn's working memory: the activations autograd saves while ONE
 microbatch runs forward and backward through one sub-model (freed before the next microbatch).
 So the allowance is that working memory, measured here for every sub-model on the same device,
