@@ -274,7 +274,7 @@ class RunHandle(ABC):
 
     def checkpoint(self, path: str | Path) -> Future:
         """Save the whole run at the next step boundary; the future resolves to the path."""
-        if not isinstance(path, (str, Path)) or not str(path) or Path(path).is_dir():
+        if not isinstance(path, (str, Path)) or not str(path):
             raise ValueError(f"path={path!r} is not allowed: the path of a file to write the checkpoint to")
         return then(self.snapshot(), lambda snap: snap.save(path))
 
