@@ -31,6 +31,7 @@ from labkit.runtime.local_run import resumed_config
 from labkit.runtime.ports import RunEnded
 
 POLL_SECONDS = 0.2  # how often the handle fetches new events from the coordinator
+VERB_SECONDS = 60.0  # the most a verb waits for the coordinator (a peer's start may add START_TIMEOUT)
 
 
 def _warm_up() -> None:
@@ -116,7 +117,12 @@ class DaskRun(RunHandle):
         if self._done.is_set():
             raise RunEnded(f"{name} is not available: the run has ended ({self._summary.get('status')}) and its "
                            f"cluster was released")
-        return self._coordinator.verb(name, *args).result()
+        bound = START_TIMEOUT + VERB_SECONDS if name in ("add_peer", "move_peer", "rebalance") else VERB_SECONDS
+        try:
+            return self._coordinator.verb(name, *args).result(bound)
+        except TimeoutError:
+            raise TimeoutError(f"{name} did not answer within {bound:.0f} s: the coordinator's worker is busy "
+                               f"or gone") from None
 
     def dashboard(self, timeout: float = 60) -> str | None:
         """The Dask dashboard's address, once connected to the cluster (None if it has none)."""
@@ -146,7 +152,7 @@ class DaskRun(RunHandle):
             return {"status": "failed" if self._done.is_set() else "starting", "step": 0, "stages": []}
         if self._done.is_set():
             return {"status": self._summary.get("status", "failed"), "step": self._summary.get("steps", 0), "stages": []}
-        return self._coordinator.verb("state").result()
+        return self._coordinator.verb("state").result(VERB_SECONDS)
 
 
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
