@@ -174,11 +174,14 @@ _offline_done = False
 
 
 def enable_offline() -> None:
-    """Inline the Vega JavaScript in every JupyterChart (no CDN: classrooms behind firewalls, CI)."""
+    """Draw every chart without a CDN (classrooms behind firewalls, CI, a saved notebook): inline
+    the Vega JavaScript in every JupyterChart, and render static `alt.Chart` outputs as SVG
+    (through vl-convert), which any notebook viewer or HTML page shows with no script at all."""
     global _offline_done
     with _offline:
         if not _offline_done:
             alt.JupyterChart.enable_offline()
+            alt.renderers.enable("svg")
             _offline_done = True
 
 

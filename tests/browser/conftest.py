@@ -4,6 +4,7 @@ test. Skipped, with the reason, when chromium, playwright or JupyterLab is missi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
 ASSETS = Path(__file__).parent / "assets"
+COURSE = "course"  # the folder under the server's root holding the built course
 TUTORIALS = Path(__file__).parents[2] / "notebooks"
 collect_ignore_glob = ["assets/*"]  # notebooks these tests drive in the browser, not nbmake items
 
@@ -35,6 +37,26 @@ def jupyter_lab(tmp_path_factory: pytest.TempPathFactory,
     print(f"[browser] JupyterLab at {lab.url}/lab?token={lab.token} over {lab.root}, log {lab.log}")
     yield lab
     stop_lab(lab)
+
+
+@pytest.fixture(scope="session")
+def course(jupyter_lab: JupyterLab) -> Path:
+    """The course site built once per session with CI's parameters (every tutorial executed,
+    `python -m labkit.lab.course --quick`) into the server's root, each executed notebook signed
+    as trusted (JupyterLab shows an untrusted notebook's SVG outputs as text)."""
+    import nbformat
+    from nbformat.sign import NotebookNotary
+
+    from labkit.lab.course import build
+
+    out = jupyter_lab.root / COURSE
+    started = time.monotonic()
+    build(out, quick=True)
+    print(f"[browser] course built with CI parameters in {time.monotonic() - started:.0f} s: {out}")
+    notary = NotebookNotary()
+    for path in out.glob("*.ipynb"):
+        notary.sign(nbformat.read(path, as_version=4))
+    return out
 
 
 @pytest.fixture(scope="session")
