@@ -71,10 +71,13 @@ class LiveView:
                 return
 
     def close(self) -> None:
-        """Stop refreshing (the charts keep their last data)."""
+        """Stop refreshing, after one last refresh: the charts and the ticks' widgets keep the
+        state the run is in now (its final state, once it ended), not the last periodic one."""
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        if not self._thread.is_alive() or self._thread is threading.current_thread():
+            self.refresh()
         self.run.events.unsubscribe(self._queue)
 
     @property

@@ -143,3 +143,13 @@ def test_an_atom_run_that_cannot_start_says_why_in_the_status_line(small_run: Ru
     status = html.unescape(lab.status.value)
     assert status.startswith("run failed: ValueError: atom.budget_mb=0.01 is not allowed: ") and "budget_mb >= " in status
     lab.close()
+
+
+def test_a_closed_panel_shows_the_final_state_of_its_run(small_run: RunConfig) -> None:
+    run = labkit.launch(small_run.replace(steps=3))
+    lab = labkit.lab.Lab(run, hz=0.5)       # a slow refresher: its last periodic tick is before the end
+    summary = run.wait(60)
+    lab.close()
+    assert lab.status.value == f"run finished at step {summary['steps']}"
+    assert lab.controls.summary.value.startswith(f"finished · step {summary['steps']}/3")
+    assert not lab.view.refreshing
