@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+import pytest
+
 import labkit
 from labkit.config import RunConfig
 from labkit.lab.charts import chart_names
@@ -153,3 +155,18 @@ def test_a_closed_panel_shows_the_final_state_of_its_run(small_run: RunConfig) -
     assert lab.status.value == f"run finished at step {summary['steps']}"
     assert lab.controls.summary.value.startswith(f"finished · step {summary['steps']}/3")
     assert not lab.view.refreshing
+
+
+def test_live_gives_the_running_run_or_relaunches_one_that_ended(small_run: RunConfig,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    first = labkit.launch(small_run.replace(steps=3))
+    lab = labkit.lab.Lab(first, hz=2)
+    first.wait(60)
+    again = lab.live()
+    assert again is not first and lab.run is again and lab.controls.run is again and not again.done
+    assert again.config == first.config
+    assert "The run had ended (finished at step 3)" in capsys.readouterr().out
+    assert lab.live() is again             # running: the same handle
+    again.stop()
+    again.wait(60)
+    lab.close()
