@@ -25,6 +25,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIALS = ROOT / "notebooks"
 PAPERS = ROOT / "docs" / "papers.md"
+PAPERS_LINK = "../docs/papers.md"  # how a tutorial links the bibliography
 CELL_TIMEOUT_S = 900
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -146,8 +147,26 @@ def title_of(nb: nbformat.NotebookNode, fallback: str) -> str:
     return fallback
 
 
+def github_anchors(markdown: str) -> str:
+    """`markdown` with an anchor before each heading named as GitHub names it ("## The task pool
+    paper" -> "the-task-pool-paper"), so the tutorials' links into docs/papers.md work on the site."""
+    lines, fenced = [], False
+    for line in markdown.splitlines():
+        fenced ^= line.startswith("```")
+        if line.startswith("#") and not fenced:
+            slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            lines += [f'<a id="{slug}"></a>', ""]
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def _page(exporter: Any, nb: nbformat.NotebookNode, title: str, path: Path) -> Path:
-    """Write `nb` as the HTML page `path`, titled `title`."""
+    """Write `nb` as the HTML page `path`, titled `title`; its links to the bibliography go to
+    the site's own page of it."""
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = cell.source.replace(PAPERS_LINK, "papers.html")
     nb.metadata["title"] = title
     body, _ = exporter.from_notebook_node(nb)
     path.write_text(body, encoding="utf-8")
@@ -181,7 +200,7 @@ def build(out: Path, notebooks: Iterable[Path] | None = None, quick: bool = Fals
         lessons.append((f"{path.stem}.html", title))
     papers = None
     if PAPERS.exists():
-        biblio = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(PAPERS.read_text())])
+        biblio = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(github_anchors(PAPERS.read_text()))])
         pages.append(_page(exporter, biblio, "The papers", out / "papers.html"))
         papers = "papers.html"
     index = out / "index.html"

@@ -9,7 +9,8 @@ import altair as alt
 import nbformat
 import pytest
 
-from labkit.lab.course import PANEL_NOTE, build, main, marks, static_widgets, with_ci_parameters
+from labkit.lab.course import (PANEL_NOTE, build, github_anchors, main, marks, static_widgets,
+                                with_ci_parameters)
 from labkit.lab.live import enable_offline
 
 CDNS = ("cdn.jsdelivr.net", "unpkg.com", "cdnjs.cloudflare.com", "<script src=")
@@ -18,7 +19,7 @@ CDNS = ("cdn.jsdelivr.net", "unpkg.com", "cdnjs.cloudflare.com", "<script src=")
 def tutorial(path: Path) -> Path:
     """A notebook like the tutorials: a mocked parameters cell, then a static chart of it."""
     nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# 99 · A lesson\n\nText."),
+        nbformat.v4.new_markdown_cell("# 99 · A lesson\n\nPaper: [SWARM](../docs/papers.md#swarm)."),
         nbformat.v4.new_code_cell("points = 50", metadata={"tags": ["parameters"], "nbmake": {"mock": {"points": 4}}}),
         nbformat.v4.new_code_cell(
             "import altair as alt\nfrom labkit.lab.live import enable_offline\nenable_offline()\n"
@@ -62,6 +63,7 @@ def test_build_writes_pages_that_load_nothing_from_the_network(tmp_path: Path) -
     assert [p.name for p in pages][:2] == ["index.html", "99-a.html"]
     lesson = (tmp_path / "site" / "99-a.html").read_text()
     assert "data:image/svg+xml" in lesson and not [cdn for cdn in CDNS if cdn in lesson]
+    assert 'href="papers.html#swarm"' in lesson and "../docs/papers.md" not in lesson
     executed = nbformat.read(tmp_path / "site" / "99-a.ipynb", as_version=4)
     assert marks(executed.cells[3].outputs[0].data["image/svg+xml"]) == 4   # the CI parameter: 4 points
     index = (tmp_path / "site" / "index.html").read_text()
@@ -73,3 +75,8 @@ def test_the_command_names_a_missing_notebook(tmp_path: Path, capsys: pytest.Cap
         main([str(tmp_path / "site"), "--only", "notebooks/nope.ipynb"])
     assert "no such notebook: notebooks/nope.ipynb" in capsys.readouterr().err
     assert not (tmp_path / "site").exists()
+
+
+def test_the_bibliography_gets_githubs_heading_anchors_outside_code() -> None:
+    assert github_anchors("## The task pool paper\n```\n# a comment\n```") == (
+        '<a id="the-task-pool-paper"></a>\n\n## The task pool paper\n```\n# a comment\n```')
