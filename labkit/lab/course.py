@@ -185,18 +185,24 @@ def _index(lessons: list[tuple[str, str]], papers: str | None) -> str:
 
 
 def build(out: Path, notebooks: Iterable[Path] | None = None, quick: bool = False) -> list[Path]:
-    """Execute each tutorial (`quick`: with CI's parameters) and write under `out` its executed
-    notebook (NN-name.ipynb, widget outputs as SVG), its page (NN-name.html), the bibliography
+    """Execute each tutorial (`quick`: with CI's parameters) and `publish` the site under `out`;
+    the pages written."""
+    paths = sorted(notebooks or TUTORIALS.glob("[0-9]*.ipynb"))
+    runnable = [(p, nbformat.read(p, as_version=4)) for p in paths]
+    return publish(out, [(p, execute(with_ci_parameters(nb) if quick else nb, p.parent)) for p, nb in runnable])
+
+
+def publish(out: Path, executed: list[tuple[Path, nbformat.NotebookNode]]) -> list[Path]:
+    """Write under `out`, for each (tutorial path, its executed notebook), the notebook with its
+    widget outputs as SVG (NN-name.ipynb) and its page (NN-name.html), then the bibliography
     (papers.html, from docs/papers.md when present) and index.html; the pages written."""
     out.mkdir(parents=True, exist_ok=True)
     exporter, lessons, pages = _exporter(), [], []
-    for path in sorted(notebooks or TUTORIALS.glob("[0-9]*.ipynb")):
-        nb = nbformat.read(path, as_version=4)
-        runnable = with_ci_parameters(nb) if quick else nb
-        executed = static_widgets(execute(runnable, path.parent))
-        nbformat.write(executed, out / path.name)
-        title = title_of(nb, path.stem)
-        pages.append(_page(exporter, executed, title, out / f"{path.stem}.html"))
+    for path, nb in executed:
+        static = static_widgets(nb)
+        nbformat.write(static, out / path.name)
+        title = title_of(static, path.stem)
+        pages.append(_page(exporter, static, title, out / f"{path.stem}.html"))
         lessons.append((f"{path.stem}.html", title))
     papers = None
     if PAPERS.exists():

@@ -18,7 +18,8 @@ from tests.browser.outputs import assert_outputs_shown, svg_charts, traceback_ou
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+BUILD_TIMEOUT_S = 1800  # the first test builds the course (every tutorial executed): ~5 min on 2 idle cores
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(BUILD_TIMEOUT_S)]
 
 NAMES = sorted(path.stem for path in TUTORIALS.glob("[0-9]*.ipynb"))
 NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"
