@@ -1,6 +1,7 @@
-"""Every tutorial, executed once with CI's parameters (the course site's quick build), shown
-offline: in JupyterLab as the executed notebook and as a page of the static site. No output may
-hold a traceback or an error box, and every chart must be drawn and have data."""
+"""Every tutorial, executed once with CI's parameters (by nbmake earlier in the session, or by the
+course site's quick build), shown offline: in JupyterLab as the executed notebook and as a page of
+the static site. No output may hold a traceback or an error box, and every chart must be drawn and
+have data. The first test waits for the course (conftest.py's `course`)."""
 
 from __future__ import annotations
 
