@@ -61,7 +61,8 @@ def with_ci_parameters(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: float = CELL_TIMEOUT_S) -> nbformat.NotebookNode:
     """Run every cell of `nb` in a fresh python3 kernel started in `cwd` that imports this
-    checkout's labkit; the executed notebook (its widget state in its metadata). Raises nbclient's CellExecutionError on a failing cell."""
+    checkout's labkit; the executed notebook (its widget state in its metadata). Raises
+    nbclient's CellExecutionError on a failing cell."""
     from nbclient import NotebookClient
 
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
@@ -189,7 +190,8 @@ def build(out: Path, notebooks: Iterable[Path] | None = None, quick: bool = Fals
     the pages written."""
     paths = sorted(notebooks or TUTORIALS.glob("[0-9]*.ipynb"))
     runnable = [(p, nbformat.read(p, as_version=4)) for p in paths]
-    return publish(out, [(p, execute(with_ci_parameters(nb) if quick else nb, p.parent)) for p, nb in runnable])
+    return publish(out, [(path, execute(with_ci_parameters(nb) if quick else nb, path.parent))
+                         for path, nb in runnable])
 
 
 def publish(out: Path, executed: list[tuple[Path, nbformat.NotebookNode]]) -> list[Path]:
@@ -206,7 +208,8 @@ def publish(out: Path, executed: list[tuple[Path, nbformat.NotebookNode]]) -> li
         lessons.append((f"{path.stem}.html", title))
     papers = None
     if PAPERS.exists():
-        biblio = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(github_anchors(PAPERS.read_text()))])
+        bibliography = nbformat.v4.new_markdown_cell(github_anchors(PAPERS.read_text()))
+        biblio = nbformat.v4.new_notebook(cells=[bibliography])
         pages.append(_page(exporter, biblio, "The papers", out / "papers.html"))
         papers = "papers.html"
     index = out / "index.html"
@@ -225,7 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     missing = [str(p) for p in args.only or () if not p.is_file()]
     if missing:
-        parser.error(f"no such notebook: {', '.join(missing)} (give paths of .ipynb files, e.g. notebooks/00-quickstart.ipynb)")
+        parser.error(f"no such notebook: {', '.join(missing)} "
+                     "(give paths of .ipynb files, e.g. notebooks/00-quickstart.ipynb)")
     pages = build(args.out, args.only, args.quick)
     print(f"{len(pages)} pages in {args.out}; open {args.out / 'index.html'}")
 
