@@ -71,13 +71,14 @@ class LiveView:
                 return
 
     def close(self) -> None:
-        """Stop refreshing, after one last refresh: the charts and the ticks' widgets keep the
-        state the run is in now (its final state, once it ended), not the last periodic one."""
+        """Stop refreshing, after one last refresh: the charts (their specs too: `settle`) and the
+        ticks' widgets keep the state the run is in now (its final state, once it ended)."""
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         if not self._thread.is_alive() or self._thread is threading.current_thread():
             self.refresh()
+            self.charts.settle()
         self.run.events.unsubscribe(self._queue)
 
     @property
@@ -134,6 +135,13 @@ class Charts:
                                                         for d, v in datasets.items()]
             self.shown.setdefault(name, {}).update(datasets)
             self.drawn[name] = versions
+
+    def settle(self) -> None:
+        """Put each chart's current data into its synced spec (one full resend per chart): data
+        updates are messages, not widget state, so a saved notebook or the course site would
+        otherwise keep each chart as first drawn."""
+        for name, jc in self.widgets.items():
+            jc.spec = self.spec(name)
 
     def spec(self, name: str) -> Spec:
         """The spec of what chart `name` draws now (data included), e.g. for a static picture."""

@@ -155,6 +155,10 @@ def test_a_closed_panel_shows_the_final_state_of_its_run(small_run: RunConfig) -
     assert lab.status.value == f"run finished at step {summary['steps']}"
     assert lab.controls.summary.value.startswith(f"finished · step {summary['steps']}/3")
     assert not lab.view.refreshing
+    charts = lab.view.charts
+    steps_drawn = [r["step"] for r in charts.widgets["throughput"].spec["datasets"]["throughput"]]
+    assert charts.widgets and all(jc.spec == charts.spec(name) for name, jc in charts.widgets.items())
+    assert max(steps_drawn) == summary["steps"], steps_drawn   # the synced spec holds the last step
 
 
 def test_live_gives_the_running_run_or_relaunches_one_that_ended(small_run: RunConfig,
