@@ -69,18 +69,19 @@ class RunControls:
         self.split_button = button("Apply split")
         self.split_button.on_click(lambda _: self._set_split([w.value for w in self.split]))
 
+        self._codec_applied, self._sync_applied = cfg.compression.codec, cfg.sync  # what the run has now
         self.codec = ipywidgets.Dropdown(options=WIRE_CODECS, value=cfg.compression.codec, layout={"width": "7em"})
-        self.codec.observe(lambda change: self._submit("set_compression", lambda: run.set_compression(change["new"]),
-                                                       lambda _: f"codec → {change['new']}"), names="value")
+        self.codec.observe(lambda change: self._set_codec(change["new"]), names="value")
         self.atom = cfg.executor == "atom"
         if self.atom:
             self.add_stage.options, self.add_stage.disabled = [("replicas", 0)], True
 
         self.sync_mode = ipywidgets.ToggleButtons(options=SYNC_MODES, value=cfg.sync.mode)
-        self.inner_steps = ipywidgets.IntText(value=cfg.sync.inner_steps, description="H", layout={"width": "9em"})
-        self.outer_lr = ipywidgets.FloatText(value=cfg.sync.outer_lr, description="outer lr", layout={"width": "12em"})
-        self.outer_momentum = ipywidgets.FloatText(value=cfg.sync.outer_momentum, description="momentum",
-                                                   layout={"width": "12em"})
+        # a label as wide as its text (the default 80 px label left "H" a box too narrow for "20")
+        labelled = {"style": {"description_width": "initial"}, "layout": {"width": "12em"}}
+        self.inner_steps = ipywidgets.IntText(value=cfg.sync.inner_steps, description="H", **labelled)
+        self.outer_lr = ipywidgets.FloatText(value=cfg.sync.outer_lr, description="outer lr", **labelled)
+        self.outer_momentum = ipywidgets.FloatText(value=cfg.sync.outer_momentum, description="momentum", **labelled)
         self.sync_button = button("Apply sync")
         self.sync_button.on_click(lambda _: self._set_sync())
 
@@ -112,12 +113,15 @@ class RunControls:
         self.status.style.text_color = OK_COLOR if ok else ERROR_COLOR
         self.status.value = html.escape(text, quote=False)
 
-    def _submit(self, verb: str, call: Callable[[], Any], said: Callable[[Any], str | None]) -> Future:
-        """Run `call` on the verbs' thread; say `said(result)` or the error's first line."""
+    def _submit(self, verb: str, call: Callable[[], Any], said: Callable[[Any], str | None],
+                undo: Callable[[], None] = lambda: None) -> Future:
+        """Run `call` on the verbs' thread; say `said(result)` or the error's first line (and
+        `undo`: put the widgets back to what the run has, when it refused)."""
         def task() -> Any:
             try:
                 result = call()
             except Exception as exc:
+                undo()
                 self._say(f"{verb}: {first_line(exc)}", ok=False)
                 raise
             text = said(result)
@@ -126,6 +130,7 @@ class RunControls:
             return result
 
         if self._closed:
+            undo()
             self._say(f"{verb}: the controls are closed", ok=False)
             failed: Future = Future()
             failed.set_exception(RuntimeError(f"{verb}: the controls are closed"))
@@ -155,16 +160,34 @@ class RunControls:
         self._submit("set_layer_split", lambda: self.run.set_layer_split(split),
                      lambda _: f"layer split → {split} at the next step boundary")
 
+    def _set_codec(self, codec: str) -> None:
+        """Ask for `codec`; a refusal puts the dropdown back on the codec the run has."""
+        if codec == self._codec_applied:  # the dropdown put back after a refusal: nothing to ask
+            return
+
+        def switch() -> None:
+            self.run.set_compression(codec)
+            self._codec_applied = codec
+
+        self._submit("set_compression", switch, lambda _: f"codec → {codec}",
+                     undo=lambda: setattr(self.codec, "value", self._codec_applied))
+
     def _set_sync(self) -> None:
         values = {"mode": self.sync_mode.value, "inner_steps": self.inner_steps.value,
                   "outer_lr": self.outer_lr.value, "outer_momentum": self.outer_momentum.value}
 
         def switch() -> SyncConfig:
-            sync = replace(self.run.config.sync, **values)  # SyncConfig's own checks, in the status line
+            sync = replace(self._sync_applied, **values)  # SyncConfig's own checks, in the status line
             self.run.set_sync(sync)
+            self._sync_applied = sync
             return sync
 
-        self._submit("set_sync", switch, lambda sync: f"sync → {sync.mode} at the next outer-step boundary")
+        def undo() -> None:
+            applied = self._sync_applied
+            self.sync_mode.value, self.inner_steps.value = applied.mode, applied.inner_steps
+            self.outer_lr.value, self.outer_momentum.value = applied.outer_lr, applied.outer_momentum
+
+        self._submit("set_sync", switch, lambda sync: f"sync → {sync.mode} at the next outer-step boundary", undo)
 
     def _checkpoint(self, path: str) -> None:
         """Ask for a checkpoint; its future's callback reports the saved path (nothing waits)."""

@@ -71,10 +71,14 @@ class LiveView:
                 return
 
     def close(self) -> None:
-        """Stop refreshing (the charts keep their last data)."""
+        """Stop refreshing, after one last refresh: the charts (their specs too: `settle`) and the
+        ticks' widgets keep the state the run is in now (its final state, once it ended)."""
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        if not self._thread.is_alive() or self._thread is threading.current_thread():
+            self.refresh()
+            self.charts.settle()
         self.run.events.unsubscribe(self._queue)
 
     @property
@@ -132,6 +136,13 @@ class Charts:
             self.shown.setdefault(name, {}).update(datasets)
             self.drawn[name] = versions
 
+    def settle(self) -> None:
+        """Put each chart's current data into its synced spec (one full resend per chart): data
+        updates are messages, not widget state, so a saved notebook or the course site would
+        otherwise keep each chart as first drawn."""
+        for name, jc in self.widgets.items():
+            jc.spec = self.spec(name)
+
     def spec(self, name: str) -> Spec:
         """The spec of what chart `name` draws now (data included), e.g. for a static picture."""
         return with_data(self.skeletons[name], self.shown.get(name, {d: [] for d in self.uses[name]}))
@@ -174,11 +185,14 @@ _offline_done = False
 
 
 def enable_offline() -> None:
-    """Inline the Vega JavaScript in every JupyterChart (no CDN: classrooms behind firewalls, CI)."""
+    """Draw every chart without a CDN (classrooms behind firewalls, CI, a saved notebook): inline
+    the Vega JavaScript in every JupyterChart, and render static `alt.Chart` outputs as SVG
+    (through vl-convert), which any notebook viewer or HTML page shows with no script at all."""
     global _offline_done
     with _offline:
         if not _offline_done:
             alt.JupyterChart.enable_offline()
+            alt.renderers.enable("svg")
             _offline_done = True
 
 

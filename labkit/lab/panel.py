@@ -107,6 +107,27 @@ class Lab:
         assert self.run is not None
         return self.run
 
+    def live(self) -> RunHandle:
+        """The attached run, or, when it has ended (stopped from the panel, or finished before the
+        reader came back to the notebook), a fresh in-process run of the same config attached in
+        its place: the cells that steer the run go on instead of failing one after another."""
+        run = self.run
+        if run is None:
+            raise RuntimeError("no run is attached yet: press Launch (lab.form.launch_button.click()) first")
+        if not run.done:
+            return run
+        if type(run).__module__.startswith("labkit.backends."):
+            raise RuntimeError(f"the run has ended ({run.summary().get('status')}) and ran on a cluster: "
+                               "launch it again from its launch cell")
+        import labkit
+
+        self.close()
+        print(f"The run had ended ({run.summary().get('status')} at step {run.summary().get('steps')}): "
+              "a fresh run of the same config is launched, and the panel follows it.")
+        self.attach(labkit.launch(run.config))
+        assert self.run is not None
+        return self.run
+
     def close(self) -> None:
         """Stop refreshing and release the controls' thread (the run itself keeps going)."""
         for part in (self.view, self.controls, self.whatif):

@@ -3,10 +3,14 @@ test. Skipped, with the reason, when chromium, playwright or JupyterLab is missi
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import nbformat
 import psutil
 import pytest
 
@@ -17,8 +21,38 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
 ASSETS = Path(__file__).parent / "assets"
+COURSE = "course"  # the folder under the server's root holding the built course
 TUTORIALS = Path(__file__).parents[2] / "notebooks"
 collect_ignore_glob = ["assets/*"]  # notebooks these tests drive in the browser, not nbmake items
+EXECUTED = pytest.StashKey[Path]()  # where this session keeps the notebooks nbmake executed
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep every notebook nbmake executes, as executed, for the course tests: they publish the
+    tutorials from those runs instead of running each a second time (minutes on 2 cores)."""
+    config.stash[EXECUTED] = Path(tempfile.mkdtemp(prefix="labkit-executed-"))
+    try:
+        from nbmake.nb_run import NotebookRun
+    except ImportError:
+        return
+    execute = NotebookRun.execute
+
+    def keeping(run: NotebookRun) -> Any:
+        result = execute(run)
+        if result.error is None:
+            nbformat.write(result.nb, config.stash[EXECUTED] / run.filename.name)
+        return result
+
+    NotebookRun.execute = keeping
+    config.add_cleanup(lambda: setattr(NotebookRun, "execute", execute))
+    config.add_cleanup(lambda: shutil.rmtree(config.stash[EXECUTED], ignore_errors=True))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The course tests go last, after nbmake has run the tutorials they publish."""
+    course = [item for item in items if item.path.name == "test_course.py"]
+    items[:] = [item for item in items if item.path.name != "test_course.py"] + course
 
 
 @pytest.fixture(scope="session")
@@ -35,6 +69,35 @@ def jupyter_lab(tmp_path_factory: pytest.TempPathFactory,
     print(f"[browser] JupyterLab at {lab.url}/lab?token={lab.token} over {lab.root}, log {lab.log}")
     yield lab
     stop_lab(lab)
+
+
+@pytest.fixture(scope="session")
+def course(jupyter_lab: JupyterLab, pytestconfig: pytest.Config) -> Path:
+    """The course site of this session's tutorials run with CI's parameters, in the server's
+    root: published from nbmake's runs when it ran every tutorial earlier in the session (the
+    course tests go last), else built (`python -m labkit.lab.course --quick`: every tutorial
+    executed). Each executed notebook is signed as trusted (JupyterLab shows an untrusted
+    notebook's SVG outputs as text)."""
+    import nbformat
+    from nbformat.sign import NotebookNotary
+
+    from labkit.lab.course import TUTORIALS, build, publish
+
+    out = jupyter_lab.root / COURSE
+    started = time.monotonic()
+    ran = {path.name: path for path in pytestconfig.stash[EXECUTED].glob("*.ipynb")}
+    tutorials = sorted(TUTORIALS.glob("[0-9]*.ipynb"))
+    if all(path.name in ran for path in tutorials):
+        publish(out, [(path, nbformat.read(ran[path.name], as_version=4)) for path in tutorials])
+        how = "published from nbmake's runs of this session"
+    else:
+        build(out, quick=True)
+        how = "built with CI parameters"
+    print(f"[browser] course {how} in {time.monotonic() - started:.0f} s: {out}")
+    notary = NotebookNotary()
+    for path in out.glob("*.ipynb"):
+        notary.sign(nbformat.read(path, as_version=4))
+    return out
 
 
 @pytest.fixture(scope="session")

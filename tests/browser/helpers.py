@@ -207,6 +207,11 @@ def watch(page: Page) -> PageLog:
     return log
 
 
+def logged(page: Page) -> PageLog:
+    """What `watch` has logged of `page` so far."""
+    return _LOGS[page]
+
+
 def assert_offline(page: Page) -> None:
     """Fail when the page asked any non-loopback host for anything (what it shows rendered from
     the server alone), or logged an error about vega or anywidget."""

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.browser
 
 KILLED_BY_THE_NOTEBOOK, SURVIVOR_1 = "s1p0", "s1p1"
 CLICKED, SURVIVOR_0 = "s0p0", "s0p1"
+MIN_NUMBER_BOX_PX = 48  # room for a few digits beside the number input's spinner
 
 
 def test_the_quick_start_kills_from_the_panel_and_the_routing_chart_follows(page: Page) -> None:
@@ -43,6 +44,12 @@ def test_the_quick_start_kills_from_the_panel_and_the_routing_chart_follows(page
     for title in ("Stage loads", "Peer timeline", "Throughput", "Loss", "Bytes on the wire"):
         expect(page.locator(".vega-embed", has_text=title).locator("svg.marks")).to_be_visible()
     screenshot(page, "quickstart_after_click")
+
+    h_box = page.locator(".widget-text", has=page.get_by_text("H", exact=True)).locator("input")
+    expect(h_box).to_have_value("20")  # DiLoCo's default H, whole: the box once showed "2"
+    width = h_box.evaluate("i => [i.clientWidth, i.scrollWidth]")
+    assert width[0] >= MIN_NUMBER_BOX_PX and width[1] <= width[0], \
+        f"the H box is {width[0]} px wide, its text {width[1]} px"
 
     page.get_by_role("button", name="Stop", exact=True).click()
     expect(page.locator(".widget-html-content", has_text="run stopped at step")).to_be_visible(timeout=60_000)

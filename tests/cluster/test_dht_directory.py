@@ -42,3 +42,30 @@ def test_announce_discover_withdraw_and_expire(two_nodes, monkeypatch: pytest.Mo
     theirs.withdraw(1, "actor-c")
     wait_until(lambda: theirs.discover() == {}, 10, "a peer that stops refreshing to expire")
     assert time.monotonic() - refreshed >= 1.5, "...at its expiration (2 s after the refresh), not before"
+
+
+def fails() -> None:
+    raise RuntimeError("a real error")
+
+
+def test_a_failed_join_is_left_to_its_caller_other_failures_still_log() -> None:
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append   # distributed's loggers do not propagate: listen on the worker's own
+    worker_log = logging.getLogger("distributed.worker")
+    worker_log.addHandler(handler)
+    try:
+        with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
+            bogus = ["/ip4/127.0.0.1/tcp/9/p2p/12D3KooWDdtaPiVfGdRhFCKnSAjg1mAzF6316Fr5GLUXaw8m67wD"]
+            with pytest.raises(Exception, match="bootstrap"):   # the caller gets the error ...
+                client.run(dht.join, "run-nobody", bogus)
+            with pytest.raises(RuntimeError, match="a real error"):
+                client.run(fails)
+    finally:
+        worker_log.removeHandler(handler)
+    failed = [r.args[0] for r in records if str(r.msg).startswith("Run Failed")]
+    assert failed == ["fails"], failed                      # ... and the worker logs only the other one

@@ -208,3 +208,20 @@ def test_a_task_pool_runs_controls_kill_slow_and_add_clients_and_grey_out_the_ot
     controls.stop_button.click()
     assert run.wait(TIMEOUT)["status"] == "stopped"
     controls.close()
+
+
+def test_a_refused_codec_or_sync_puts_the_widgets_back_on_what_the_run_has(small_run: RunConfig) -> None:
+    run = labkit.launch(small_run.replace(steps=3))
+    controls = RunControls(run)
+    assert controls.inner_steps.style.description_width == "initial"   # "H" leaves the box room for "20"
+    assert run.wait(TIMEOUT)["status"] == "finished"
+    controls.codec.value = "int8"                   # the run has ended: refused
+    assert controls.pending().exception(TIMEOUT) is not None
+    assert controls.codec.value == "fp32" and said(controls).startswith("set_compression: ")
+    controls.sync_mode.value, controls.inner_steps.value = "diloco", 20
+    controls.sync_button.click()
+    assert controls.pending().exception(TIMEOUT) is not None
+    assert (controls.sync_mode.value, controls.inner_steps.value) == ("allreduce", small_run.sync.inner_steps)
+    assert controls.pending() is not None and said(controls).startswith("set_sync: ")
+    controls.close()
+

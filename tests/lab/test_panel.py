@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+import pytest
+
 import labkit
 from labkit.config import RunConfig
 from labkit.lab.charts import chart_names
@@ -142,4 +144,33 @@ def test_an_atom_run_that_cannot_start_says_why_in_the_status_line(small_run: Ru
     wait_until(lambda: lab.status.value.startswith("run failed: "), 10, "the status line to say why")
     status = html.unescape(lab.status.value)
     assert status.startswith("run failed: ValueError: atom.budget_mb=0.01 is not allowed: ") and "budget_mb >= " in status
+    lab.close()
+
+
+def test_a_closed_panel_shows_the_final_state_of_its_run(small_run: RunConfig) -> None:
+    run = labkit.launch(small_run.replace(steps=3))
+    lab = labkit.lab.Lab(run, hz=0.5)       # a slow refresher: its last periodic tick is before the end
+    summary = run.wait(60)
+    lab.close()
+    assert lab.status.value == f"run finished at step {summary['steps']}"
+    assert lab.controls.summary.value.startswith(f"finished · step {summary['steps']}/3")
+    assert not lab.view.refreshing
+    charts = lab.view.charts
+    steps_drawn = [r["step"] for r in charts.widgets["throughput"].spec["datasets"]["throughput"]]
+    assert charts.widgets and all(jc.spec == charts.spec(name) for name, jc in charts.widgets.items())
+    assert max(steps_drawn) == summary["steps"], steps_drawn   # the synced spec holds the last step
+
+
+def test_live_gives_the_running_run_or_relaunches_one_that_ended(small_run: RunConfig,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    first = labkit.launch(small_run.replace(steps=3))
+    lab = labkit.lab.Lab(first, hz=2)
+    first.wait(60)
+    again = lab.live()
+    assert again is not first and lab.run is again and lab.controls.run is again and not again.done
+    assert again.config == first.config
+    assert "The run had ended (finished at step 3)" in capsys.readouterr().out
+    assert lab.live() is again             # running: the same handle
+    again.stop()
+    again.wait(60)
     lab.close()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import socket
 import threading
 from typing import Any
@@ -158,9 +159,21 @@ def node_for(run_id: str, initial_peers: list[str], worker: str | None = None) -
         return _NODES[run_id]
 
 
+class _CallerReportsJoin(logging.Filter):
+    """Drops the worker's "Run Failed" log (and traceback) of a failed `join`: `Client.run` hands
+    the same error to its caller, the fleet, which reports it as a `worker_unused` event (a
+    restarted worker joining while the run shuts down printed 30 lines into the notebook)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (str(record.msg).startswith("Run Failed") and record.args and record.args[0] == join.__name__)
+
+
 def join(run_id: str, initial_peers: list[str], dask_worker: Worker | None = None) -> None:
     """Start this process's node of run `run_id` (`Client.run` calls this on every worker and
     passes it as `dask_worker`)."""
+    worker_log = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, _CallerReportsJoin) for f in worker_log.filters):
+        worker_log.addFilter(_CallerReportsJoin())
     node_for(run_id, initial_peers, None if dask_worker is None else dask_worker.address)
 
 
