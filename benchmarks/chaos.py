@@ -186,6 +186,8 @@ def chaos(minutes: float, kill_every: float, rng: random.Random) -> tuple[list[K
             time.sleep(min(0.2, max(0.0, min(next_kill, end) - time.monotonic())))
         rate = tokens_per_second(stamps, start, time.monotonic())
         samples.append((minutes, *sample()))
+        live = {s["stage"]: len(s["peers"]) for s in run.state()["stages"]}
+        print(f"live peers per stage at the end: {live}", flush=True)
         run.stop()
         summary = run.wait(180)
         print(f"run {summary.get('status')} at step {summary.get('steps')} {summary.get('error', '')}", flush=True)
@@ -249,6 +251,10 @@ def main() -> None:
     for kill in kills:
         print(f"kill {kill.role} {kill.name}: next step {kill.next_step}, replacement {kill.replacement} serving "
               f"{kill.serving}")
+    settings = [e for _, e in stamps.events if e["type"] == "setting"]
+    unused = [e["value"] for e in settings if e["name"] == "worker_unused"]
+    print(f"joins {sum(e['name'] == 'worker_joined' for e in settings)}, workers left unused {len(unused)}"
+          + "".join(f"\n  unused: {reason[:200]}" for reason in unused[:5]))
     print(f"kills {len(kills)} ({sum(k.role == 'peer' for k in kills)} peers, "
           f"{sum(k.role == 'trainer' for k in kills)} trainers); to the next step: "
           f"{_seconds([k.next_step for k in kills])}; to the replacement serving: {_seconds([k.serving for k in kills])}")

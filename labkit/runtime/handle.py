@@ -228,17 +228,17 @@ class RunHandle(ABC):
 
     def add_peer(self, stage: int | None = None) -> str:
         """Start a peer on `stage` (None: the stage the rebalancing rule picks); returns its name."""
-        return self._verb("add_peer", None if stage is None else self._stage(stage))
+        return self._verb("add_peer", None if stage is None else self._stage(stage, "None or "))
 
     def move_peer(self, peer: str, stage: int) -> str:
         """Move a peer to `stage` (it downloads that stage's state); returns its new name."""
         return self._verb("move_peer", _peer_name(peer), self._stage(stage))
 
-    def _stage(self, stage: object) -> int:
-        """`stage` if it names one of the run's stages; else one ValueError saying which do."""
-        last = self.config.stages - 1
-        if not (isinstance(stage, int) and not isinstance(stage, bool) and 0 <= stage <= last):
-            raise ValueError(f"stage={stage!r} is not allowed: an integer in [0, {last}]")
+    def _stage(self, stage: object, also: str = "") -> int:
+        """`stage` if it names one of the run's stages; else one ValueError saying what is allowed."""
+        stages = self.config.stages
+        if not (isinstance(stage, int) and not isinstance(stage, bool) and 0 <= stage < stages):
+            raise ValueError(f"stage={stage!r} is not allowed: {also}an integer in [0, {stages})")
         return stage
 
     def rebalance(self) -> str | None:
