@@ -142,11 +142,12 @@ class SocketClient:
         """The open connection (opened now if this is the first call); OSError once broken."""
         if self._broken:
             raise ConnectionError("closed")
-        if self._socket is None:
-            self._socket = _nodelay(socket.create_connection(self._target, timeout=CONNECT_TIMEOUT))
-            self._socket.settimeout(None)
-            threading.Thread(target=self._read, args=(self._socket,), name="labkit-socket-read", daemon=True).start()
-        return self._socket
+        sock = self._socket  # a local: a concurrent close() sets the attribute to None
+        if sock is None:
+            sock = self._socket = _nodelay(socket.create_connection(self._target, timeout=CONNECT_TIMEOUT))
+            sock.settimeout(None)
+            threading.Thread(target=self._read, args=(sock,), name="labkit-socket-read", daemon=True).start()
+        return sock
 
     def _read(self, sock: socket.socket) -> None:
         try:
