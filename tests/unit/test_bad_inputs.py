@@ -17,6 +17,7 @@ from labkit.config import ConfigError, DataConfig, ModelConfig, RunConfig, SyncC
 from labkit.data import load_corpus
 from labkit.plan.network import NetworkScenario
 from labkit.plan.plan import Plan
+from labkit.model.assembly import initial_states
 from labkit.runtime.checkpoint import load_checkpoint, save_checkpoint
 from labkit.sim.events_sim import run_events
 from labkit.sim.presets import small_swarm
@@ -131,9 +132,90 @@ def test_a_checkpoint_that_would_run_code_is_refused_unrun(tmp_path: Path) -> No
 
 
 def test_good_checkpoints_still_load_with_a_diloco_stage(tmp_path: Path) -> None:
-    stages = [{"params": {"w": torch.ones(2)}, "sync": SyncConfig(mode="diloco")} for _ in range(CFG.stages)]
-    data = load_checkpoint(save_checkpoint(tmp_path / "c.pt", CFG, 1, stages), CFG)
-    assert data["step"] == 1 and data["stages"][0]["sync"].mode == "diloco"
+    stages = [{**state, "sync": SyncConfig(mode="diloco")} for state in initial_states(CFG)]
+    data = load_checkpoint(save_checkpoint(tmp_path / "c.pt", CFG, 0, stages), CFG)
+    assert data["step"] == 0 and data["stages"][0]["sync"].mode == "diloco"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkpoint a real 2-step run of CFG's model left (stages with their AdamW state)."""
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    labkit.launch(CFG.replace(steps=2, data=DataConfig(max_bytes=2_000_000)), run_dir=run_dir).wait(120)
+    return run_dir / "checkpoint.pt"
+
+
+def _first(state: dict) -> str:
+    return next(iter(state["params"]))
+
+
+def _exp_avg(state: dict) -> dict:
+    return state["optimizer"]["state"][0]
+
+
+# each damages stage 0 of a real checkpoint in place; the error must name the entry and the rule
+DAMAGED_STAGES = {
+    "params_fp16": (lambda s: s.__setitem__("params", {k: v.half() for k, v in s["params"].items()}), "float16"),
+    "params_int": (lambda s: s.__setitem__("params", {k: v.long() for k, v in s["params"].items()}), "int64"),
+    "params_nan": (lambda s: s["params"][_first(s)].view(-1).__setitem__(0, math.nan), "NaN or infinite"),
+    "params_inf": (lambda s: s["params"][_first(s)].view(-1).__setitem__(0, -math.inf), "NaN or infinite"),
+    "params_shape": (lambda s: s["params"].__setitem__(_first(s), s["params"][_first(s)][:3].clone()), "shape"),
+    "params_missing": (lambda s: s["params"].pop(_first(s)), "missing"),
+    "params_unknown": (lambda s: s["params"].__setitem__("zzz", torch.zeros(2)), "unknown"),
+    "params_a_list": (lambda s: s["params"].__setitem__(_first(s), [1.0]), "a tensor"),
+    "optimizer_none": (lambda s: s.__setitem__("optimizer", None), "restart the optimizer"),
+    "optimizer_removed": (lambda s: s.pop("optimizer"), "restart the optimizer"),
+    "optimizer_text": (lambda s: s.__setitem__("optimizer", "adamw"), "state dict"),
+    "optimizer_emptied": (lambda s: s["optimizer"].__setitem__("state", {}), "lacks the state of"),
+    "optimizer_one_gone": (lambda s: s["optimizer"]["state"].pop(3), "lacks the state of 1"),
+    "optimizer_nan": (lambda s: _exp_avg(s)["exp_avg"].view(-1).__setitem__(0, math.nan), "NaN or infinite"),
+    "optimizer_shape": (lambda s: _exp_avg(s).__setitem__("exp_avg", _exp_avg(s)["exp_avg"][:1].clone()), "shape"),
+    "optimizer_fp16": (lambda s: _exp_avg(s).__setitem__("exp_avg_sq", _exp_avg(s)["exp_avg_sq"].half()), "float16"),
+    "optimizer_index": (lambda s: s["optimizer"]["state"].__setitem__(999, {}), "parameter numbers"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGED_STAGES))
+def test_a_checkpoint_that_loads_but_is_damaged_is_refused(kind: str, trained: Path, tmp_path: Path) -> None:
+    damage, needle = DAMAGED_STAGES[kind]
+    data = torch.load(trained, weights_only=True)
+    damage(data["stages"][0])
+    torch.save(data, tmp_path / f"{kind}.pt")
+    with pytest.raises(ValueError, match=f"{kind}.pt is damaged: stages\\[0\\]") as err:
+        load_checkpoint(tmp_path / f"{kind}.pt", CFG)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_real_checkpoint_loads_and_one_of_another_model_is_refused(trained: Path) -> None:
+    assert load_checkpoint(trained, CFG)["step"] == 2
+    other = CFG.replace(model=ModelConfig(size="tiny", seq_len=32))
+    with pytest.raises(ValueError, match="checkpoint.pt holds model .*size='nano'.* the run asks for .*size='tiny'"):
+        load_checkpoint(trained, other)
+
+
+@pytest.mark.parametrize("kind", ["params_fp16", "optimizer_none", "params_nan"])
+def test_resume_from_a_damaged_checkpoint_is_one_line(kind: str, trained: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    data = torch.load(trained, weights_only=True)
+    DAMAGED_STAGES[kind][0](data["stages"][0])
+    torch.save(data, tmp_path / f"{kind}.pt")
+    err = cli_error([*TRAIN, "--run-dir", str(tmp_path / "run"), "--resume", str(tmp_path / f"{kind}.pt")], capsys)
+    assert f"{kind}.pt is damaged" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_a_checkpoint_that_is_not_a_regular_file_is_refused_unopened(special: str, tmp_path: Path) -> None:
+    path = Path(special) if special.startswith("/") else _fifo(tmp_path / "ckpt.pt")
+    with pytest.raises(ValueError, match=f"{path.name}' is not a regular file"):
+        load_checkpoint(path, CFG)
+
+
+def _fifo(path: Path) -> Path:
+    """A real named pipe at `path` (opening it for reading would wait for a writer forever)."""
+    os.mkfifo(path)
+    return path
 
 
 # -- plan.json: `train --plan`, `simulate --plan`, Plan.load / from_json ---------------------------
