@@ -182,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as err:
         print(f"labkit plan: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"labkit plan: interrupted while planning with {args.method}; nothing written", file=sys.stderr)
+        return 130
     print(plan.describe())
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
