@@ -37,7 +37,7 @@ def read_run(run_dir: str | Path) -> tuple[RunConfig | None, list[Event]]:
         data = read_json(run_dir / "config.json", "report", "a run's config.json", finite=False)
         try:
             config = RunConfig.from_dict(data)
-        except (TypeError, AttributeError) as exc:
+        except (ValueError, TypeError, AttributeError) as exc:  # a ConfigError is a ValueError
             raise ValueError(f"{run_dir / 'config.json'} is not a run's config: a JSON object of RunConfig "
                              f"fields ({exc})") from None
     events = read_events(run_dir / "events.jsonl")
