@@ -86,8 +86,6 @@ def _scenario(args: argparse.Namespace) -> tuple[NetworkScenario, MatrixNetwork 
     if args.preset:
         return preset(args.preset, **({} if args.n is None else {"n": args.n})), None
     path = args.network or args.scenario
-    if not Path(path).is_file():
-        raise ConfigError("plan", "network" if args.network else "scenario", path, "an existing JSON file")
     if args.network:
         net = load_network(path)
         return net.scenario, net
