@@ -657,7 +657,7 @@ def test_extreme_numbers_in_a_scenario_link_are_refused(field: str, value: str) 
 @pytest.mark.parametrize(("argv", "bar", "line"), [
     (["simulate", "--preset", "global-mix", "--duration", "6000000"], b"global-mix (events)",
      "labkit simulate: interrupted at "),
-    (["plan", "--preset", "dtfm_world", "--n", "512", "--method", "kl", "--generations", "10000"], b"kl GA",
+    (["plan", "--preset", "dtfm_world", "--n", "128", "--method", "kl", "--generations", "10000"], b"kl GA",
      "labkit plan: interrupted while planning with kl"),
 ], ids=["simulate", "plan"])
 def test_ctrl_c_stops_long_work_with_one_line_and_exit_130(argv: list[str], bar: bytes, line: str,
