@@ -6,6 +6,7 @@ clamped silently. Pure Python (no torch), so the simulator and planners can read
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -13,6 +14,7 @@ from labkit.config_checks import ConfigError
 from labkit.config_checks import check as _check
 from labkit.config_checks import is_int as _is_int
 from labkit.config_checks import is_number as _is_number
+from labkit.config_checks import special_kind
 from labkit.executor_config import ATOM_DEVICES, EXECUTORS, AtomConfig, TaskPoolConfig, check_executor
 
 __all__ = ["ATOM_DEVICES", "BOUNDARIES", "DTYPES", "EXECUTORS", "INNER_STATES", "MODEL_SIZES", "OPTIMIZERS",
@@ -36,6 +38,7 @@ MAX_WEIGHT_DECAY = 1.0  # decoupled decay per unit of learning rate
 MAX_WAIT = 86_400.0  # seconds: peer timeout and rebalancing period (a day)
 MAX_SEQ_LEN = 65_536  # context length; attention memory grows with its square
 DTYPES = ("float32", "float64", "bfloat16")
+MAX_THREADS = max(64, 4 * (os.cpu_count() or 1))  # torch threads; far more than cores only slows torch, 1e5 kills it
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -107,6 +110,8 @@ class DataConfig:
     def __post_init__(self) -> None:
         o = "DataConfig"
         _check(self.path is None or (isinstance(self.path, str) and self.path != ""), o, "path", self.path, "None or a non-empty path")
+        _check(special_kind(self.path or ".") is None, o, "path", self.path,
+               f"a text file or folder, not a {special_kind(self.path or '.')} (reading one waits or never ends)")
         _check(_is_number(self.val_fraction) and 0.0 < self.val_fraction < 1.0, o, "val_fraction", self.val_fraction, "a number in (0, 1)")
         _check(_is_int(self.max_bytes) and self.max_bytes >= 1024, o, "max_bytes", self.max_bytes, "an integer >= 1024")
 
@@ -199,7 +204,7 @@ class RunConfig:
     eval_every: int = 50  # steps between validation-loss evaluations (0 = only first and last)
     eval_batches: int = 4  # microbatches of validation data per evaluation
     seed: int = 0  # seeds parameters, data order and trainers
-    threads: int = 1  # torch intra-op threads (process-wide); peers already run in parallel; 0 = torch default
+    threads: int = 1  # torch intra-op threads (process-wide), at most MAX_THREADS; peers already run in parallel; 0 = torch default
     executor: str = "swarm"  # "swarm" (a pipeline of stages), "atom" (replicas swapping sub-models; stage fields
     # unused) or "taskpool" (the task pool paper: servers and clients per stage, a task pool; peers are the clients)
     atom: AtomConfig = field(default_factory=AtomConfig)  # the ATOM executor's replicas, budget and C
@@ -261,7 +266,8 @@ class RunConfig:
         _check(_is_int(self.eval_batches) and self.eval_batches >= 1, o, "eval_batches", self.eval_batches, "an integer >= 1")
         _check(_is_int(self.seed) and 0 <= self.seed < 2**32, o, "seed", self.seed,
                "an integer >= 0 and < 2^32 (it is mixed into torch's 64-bit seeds)")
-        _check(_is_int(self.threads) and self.threads >= 0, o, "threads", self.threads, "an integer >= 0")
+        _check(_is_int(self.threads) and 0 <= self.threads <= MAX_THREADS, o, "threads", self.threads,
+               f"an integer from 0 (torch's default) to {MAX_THREADS} (4 x this machine's {os.cpu_count()} CPUs, at least 64)")
         _check(self.executor in EXECUTORS, o, "executor", self.executor, f"one of {list(EXECUTORS)}")
         _check(isinstance(self.atom, AtomConfig), o, "atom", self.atom, "an AtomConfig")
         _check(isinstance(self.taskpool, TaskPoolConfig), o, "taskpool", self.taskpool, "a TaskPoolConfig")

@@ -4,6 +4,8 @@ value and what is allowed. Pure Python, shared by labkit/config.py and labkit/ex
 from __future__ import annotations
 
 import math
+import os
+import stat
 
 
 class ConfigError(ValueError):
@@ -34,3 +36,17 @@ def is_int(value: object) -> bool:
 def is_number(value: object) -> bool:
     """A finite int or float that is not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def special_kind(path: str | os.PathLike[str]) -> str | None:
+    """What `path` is, in words, when it exists and is neither a regular file nor a folder (a FIFO,
+    a device, a socket: reading one waits or never ends); None otherwise."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kinds = ((stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISCHR, "character device"),
+             (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
+    return next((name for test, name in kinds if test(mode)), "special file")

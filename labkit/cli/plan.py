@@ -90,8 +90,6 @@ def _scenario(args: argparse.Namespace) -> tuple[NetworkScenario, MatrixNetwork 
     if args.preset:
         return preset(args.preset, **({} if args.n is None else {"n": args.n})), None
     path = args.network or args.scenario
-    if not Path(path).is_file():
-        raise ConfigError("plan", "network" if args.network else "scenario", path, "an existing JSON file")
     if args.network:
         net = load_network(path)
         return net.scenario, net
@@ -190,6 +188,9 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as err:
         print(f"labkit plan: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"labkit plan: interrupted while planning with {args.method}; nothing written", file=sys.stderr)
+        return 130
     print(plan.describe())
     out = args.out or new_run_dir(Path("runs/plan"), time.strftime("%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -89,11 +90,17 @@ def _run(args: argparse.Namespace) -> int:
         def progress(t: float) -> None:
             bar.update(t - bar.n)
 
-        if args.mode == "events":
-            result = run_events(scenario, max_hops=args.max_hops, progress=progress)
-        else:
-            result = run_fluid(scenario)
-            progress(scenario.duration)
+        try:
+            if args.mode == "events":
+                result = run_events(scenario, max_hops=args.max_hops, progress=progress)
+            else:
+                result = run_fluid(scenario)
+                progress(scenario.duration)
+        except KeyboardInterrupt:
+            bar.close()
+            print(f"labkit simulate: interrupted at {bar.n:.0f} of {scenario.duration:.0f} simulated seconds of "
+                  f"{scenario.name} ({args.mode}); nothing written", file=sys.stderr)
+            return 130
     summary = summarize(result)
     out = args.out or new_run_dir(Path("runs/simulate"), time.strftime("%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)

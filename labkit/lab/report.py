@@ -30,8 +30,8 @@ def write_report(run_dir: str | Path) -> Path:
     data = rows.datasets()
     pictures = [(name, with_data(CHARTS[name]().to_dict(), data)) for name in chart_names(rows.executor) if data[name]]
     series = run_dir / SIM_SERIES
-    if series.is_file():
-        pictures.insert(0, ("simulated throughput", _sim_throughput(read_json(series, "report", "a throughput series of labkit simulate"))))
+    if series.exists():
+        pictures.insert(0, ("simulated throughput", _sim_throughput(_series(series))))
     sections = [_table("Summary", _read(run_dir / "summary.json", "a summary.json")),
                 _table("Config", _read(run_dir / "config.json", "a config.json"))]
     sections += [f'<h2>{html.escape(name)}</h2>\n<div class="chart">{vl_convert.vegalite_to_svg(spec)}</div>'
@@ -45,7 +45,25 @@ def write_report(run_dir: str | Path) -> Path:
 
 
 def _read(path: Path, what: str) -> dict[str, Any] | None:
-    return read_json(path, "report", what) if path.is_file() else None
+    """The JSON object in `path` (None when there is no such file); one ValueError naming the file
+    when it is not one."""
+    if not path.exists():
+        return None
+    data = read_json(path, "report", what, finite=False)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not {what}: a JSON object (it holds a {type(data).__name__})")
+    return data
+
+
+def _series(path: Path) -> list[dict[str, float]]:
+    """`labkit simulate`'s throughput series, checked: rows of t, samples_per_s, optimal_samples_per_s."""
+    data = read_json(path, "report", "a throughput series of labkit simulate", finite=False)
+    keys = ("t", "samples_per_s", "optimal_samples_per_s")
+    if not (isinstance(data, list) and all(isinstance(r, dict) and all(isinstance(r.get(k), (int, float, type(None)))
+                                                                        for k in keys) for r in data)):
+        raise ValueError(f"{path} is not a throughput series of labkit simulate: a list of objects with numbers "
+                         f"{', '.join(keys)}")
+    return data
 
 
 def _table(title: str, values: dict[str, Any] | None) -> str:

@@ -17,9 +17,8 @@ from typing import Any
 
 from labkit.config import RunConfig, TaskPoolConfig
 from labkit.events import Event
-from labkit.jsonfile import read_json
 from labkit.lab.poolrows import PoolRows
-from labkit.runtime.eventlog import read_events
+from labkit.lab.rundir import event_error, read_run
 
 Row = dict[str, Any]
 DATASETS = ("routing", "loads", "timeline", "throughput", "loss", "traffic", "marks", "recent_marks", "swaps",
@@ -266,14 +265,16 @@ _FOLDS = {"hop": Rows._hop, "step": Rows._step, "eval": Rows._eval, "load": Rows
 
 def rows_of_run(run_dir: str | Path) -> Rows:
     """The rows of the run (or `labkit simulate` output) in `run_dir`, from its events.jsonl and,
-    where a real run left one, its config.json (for the codec and tokens per microbatch)."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "events.jsonl").is_file():
-        raise FileNotFoundError(f"{run_dir} holds no events.jsonl: give a run directory of `labkit train` "
-                                "or an output directory of `labkit simulate`")
-    config = run_dir / "config.json"
-    rows = Rows.for_config(RunConfig.from_dict(read_json(config, "report", "a run's config.json"))) if config.is_file() else Rows()
-    return rows.extend(read_events(run_dir / "events.jsonl"))
+    where a real run left one, its config.json (for the codec and tokens per microbatch); a
+    directory whose files do not read is one error naming the file (labkit.lab.rundir)."""
+    config, events = read_run(run_dir)
+    rows = Rows.for_config(config) if config else Rows()
+    for number, event in enumerate(events, 1):
+        try:
+            rows.add(event)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise event_error(run_dir, number, event, f"{type(exc).__name__}: {exc}") from None
+    return rows
 
 
 def hop_shares(events: Iterable[Event], window: tuple[float, float]) -> dict[str, float]:

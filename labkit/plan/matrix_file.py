@@ -15,7 +15,6 @@ between two stages, c_PP). Devices are named d0..d{N-1}.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,11 @@ import numpy as np
 
 from labkit.config import ConfigError
 from labkit.jsonfile import read_json
-from labkit.plan.network import MAX_DEVICES, Device, NetworkScenario
+from labkit.plan.network import BANDWIDTH_RANGE, MAX_DELAY, MAX_DEVICES, Device, NetworkScenario, finite_number
 
 OWNER = "network"
 KEYS = ("delay_ms", "bandwidth_gbps", "stages", "dp_message_gb", "pp_message_gb")
+UNITS = {"delay_ms": (0.0, MAX_DELAY * 1e3), "bandwidth_gbps": tuple(b * 8e-9 for b in BANDWIDTH_RANGE)}  # the scenario's bounds
 
 
 @dataclass(frozen=True)
@@ -50,18 +50,19 @@ def _square(data: dict[str, Any], key: str, n: int | None, positive: bool) -> np
         shape = [len(rows), sorted({len(r) for r in rows})]
         raise ConfigError(OWNER, key, f"{shape[0]} rows of lengths {shape[1]}",
                           f"an {size} matrix (same size as delay_ms), at most {MAX_DEVICES} devices")
+    low, high = UNITS[key]
     for i, row in enumerate(rows):
         for j, v in enumerate(row):
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-            if not ok or (positive and i != j and v <= 0):
-                raise ConfigError(OWNER, f"{key}[{i}][{j}]", v, "a finite number > 0 between distinct devices"
-                                  if positive else "a finite number >= 0")
+            ok = finite_number(v) and v >= 0 and (i == j or v <= high)
+            if not ok or (positive and i != j and v < low):
+                raise ConfigError(OWNER, f"{key}[{i}][{j}]", v, f"a number > 0 between distinct devices "
+                                  f"(from {low:g} to {high:g})" if positive else f"a number from 0 to {high:g}")
     return np.array(rows, dtype=np.float64)
 
 
 def _positive(data: dict[str, Any], key: str) -> float | None:
     v = data.get(key)
-    if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
+    if v is not None and not (finite_number(v) and v > 0):
         raise ConfigError(OWNER, key, v, "a finite number of GB > 0")
     return None if v is None else float(v)
 

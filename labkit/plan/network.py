@@ -36,6 +36,11 @@ DEVICE_KINDS: dict[str, tuple[float, float]] = {
 # Devices a planner takes on a laptop: n x n matrices are small, but Kernighan-Lin grows ~n^3
 # (512 devices: ~15 s per GA generation on 2 cores, dtfm and cluster about a minute in all).
 MAX_DEVICES = 512
+# What a link and a device can be, generously: the planners' costs stay finite (no inf from 1e308 s or 1e-308 B/s)
+MAX_DELAY = 1e6  # seconds one way: about 12 days
+BANDWIDTH_RANGE = (1.0, 1e18)  # bytes/s between distinct devices: 8 bit/s to 8 Ebit/s
+FLOPS_RANGE = (1e6, 1e21)  # FLOP/s of a device when given (0 = its kind's)
+MEMORY_RANGE = (1e6, 1e18)  # bytes of a device when given (0 = its kind's)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,10 +60,10 @@ class Device:
             raise ConfigError(o, "name", self.name, "a non-empty string")
         if not isinstance(self.kind, str) or self.kind not in DEVICE_KINDS:
             raise ConfigError(o, "kind", self.kind, f"one of {sorted(DEVICE_KINDS)}")
-        for name in ("flops", "memory"):
+        for name, (low, high) in (("flops", FLOPS_RANGE), ("memory", MEMORY_RANGE)):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ConfigError(o, name, value, "a finite number >= 0 (0 = the kind's default)")
+            if not (finite_number(value) and (value == 0 or low <= value <= high)):
+                raise ConfigError(o, name, value, f"0 (the kind's default) or a number from {low:g} to {high:g}")
         if not isinstance(self.reliable, bool):
             raise ConfigError(o, "reliable", self.reliable, "True or False")
         if not isinstance(self.region, str):
@@ -92,11 +97,16 @@ class NetworkScenario:
         for key in ("delay", "bandwidth"):
             object.__setattr__(self, key, _matrix(key, getattr(self, key), n))
         off = ~np.eye(n, dtype=bool)
-        bad = np.argwhere((self.bandwidth <= 0) & off)
-        if len(bad):
-            i, j = (int(v) for v in bad[0])
-            raise ConfigError("NetworkScenario", f"bandwidth[{i}][{j}]", float(self.bandwidth[i, j]),
-                              "> 0 bytes/s between distinct devices (every pair must be able to talk)")
+        low, high = BANDWIDTH_RANGE
+        for key, bad, allowed in (
+                ("bandwidth", (self.bandwidth < low) & off, f"> 0 bytes/s between distinct devices (every pair must "
+                                                            f"be able to talk), at least {low:g}"),
+                ("bandwidth", (self.bandwidth > high) & off, f"at most {high:g} bytes/s (8 Ebit/s)"),
+                ("delay", (self.delay > MAX_DELAY) & off, f"at most {MAX_DELAY:g} seconds (about 12 days)")):
+            where = np.argwhere(bad)
+            if len(where):
+                i, j = (int(v) for v in where[0])
+                raise ConfigError("NetworkScenario", f"{key}[{i}][{j}]", float(getattr(self, key)[i, j]), allowed)
 
     @property
     def n(self) -> int:
@@ -157,11 +167,21 @@ class NetworkScenario:
         return cls.from_dict(read_json(path, "NetworkScenario", "a network scenario JSON file"))
 
 
+def finite_number(value: object) -> bool:
+    """A finite int or float (not a bool), whatever its size (a huge int is not finite as a float)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _matrix(key: str, value: Any, n: int) -> np.ndarray:
     """Validate one (n, n) matrix: numeric, square, matching the device count, finite, >= 0."""
     try:
         m = np.array(value, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError("NetworkScenario", key, "ragged or non-numeric", f"an {n}x{n} matrix of numbers") from None
     if m.ndim != 2 or m.shape[0] != m.shape[1]:
         raise ConfigError("NetworkScenario", key, f"shape {m.shape}", f"a square {n}x{n} matrix")

@@ -2,19 +2,25 @@
 
 The data position is the step number (sampling is counter-based) and the model has no dropout,
 so restoring a checkpoint and continuing reproduces the uninterrupted run. Loading reads tensors
-and plain data only (`weights_only`), so a doctored file cannot run code, and checks every entry:
-a file that is not a whole labkit checkpoint raises one ValueError naming the file.
+and plain data only (`weights_only`), so a doctored file cannot run code, and checks every entry
+against the model its config describes (names, shapes and dtypes of every stage's parameters,
+optimizer state for every parameter once a step has been taken, only finite numbers): a file that
+is not a whole, sound labkit checkpoint raises one ValueError naming the file, the entry and what
+is allowed, before any run starts from it.
 """
 
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from labkit.config import ConfigError, RunConfig, SyncConfig
+from labkit.model.gpt import Stage
+from labkit.model.partition import boundary_spec, stage_bounds
 from labkit.runtime.files import write_atomic
 
 FORMAT = "labkit-checkpoint-1"
@@ -32,8 +38,11 @@ def _read(path: Path) -> dict[str, Any]:
     """The checkpoint's top-level dict, or one ValueError saying why the file is not one."""
     if path.is_dir():
         raise ValueError(f"checkpoint {str(path)!r} is a folder: give the checkpoint.pt file in it")
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise ValueError(f"checkpoint {str(path)!r} is not a regular file (a FIFO, a device, ...): give a "
+                         "checkpoint.pt file")
     try:
         with torch.serialization.safe_globals(SAFE_GLOBALS):
             data = torch.load(path, map_location="cpu", weights_only=True)
@@ -73,6 +82,78 @@ def _entries(path: Path, data: dict[str, Any]) -> RunConfig:
     return saved
 
 
+def _expected(cfg: RunConfig, stage: int) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Stage `stage` of `cfg`'s model as meta tensors (names, shapes, dtypes; no memory), and its
+    parameters' names in the order its optimizer numbers them."""
+    first, count = stage_bounds(cfg.layer_split)[stage]
+    with torch.device("meta"):
+        module = Stage(cfg.model, first, count, boundary_spec(cfg.compression, stage, cfg.stages))
+    return module.state_dict(), [name for name, _ in module.named_parameters()]
+
+
+def _check_stage(where: str, state: dict[str, Any], expected: dict[str, torch.Tensor], names: list[str], step: int,
+                 cfg: RunConfig) -> None:
+    """One stage's state: every parameter set named, shaped and typed as the model's, finite
+    numbers throughout, and optimizer state for every parameter once a step has been taken."""
+    for key in ("params", "compute", "global_params"):
+        if key in state:
+            _check_tensors(f"{where}['{key}']", state[key], expected)
+    _check_finite(where, state)
+    optimizer = state.get("optimizer")
+    if step == 0 and optimizer is None:
+        return
+    if not (isinstance(optimizer, dict) and isinstance(optimizer.get("state"), dict)
+            and isinstance(optimizer.get("param_groups"), list) and optimizer["param_groups"]):
+        raise ValueError(f"{where}['optimizer']={_short(optimizer)} is not allowed: a checkpoint at step {step} "
+                         "holds the optimizer's state dict (state and param_groups); without it the run would "
+                         "restart the optimizer from nothing")
+    for index, entry in optimizer["state"].items():
+        if not (isinstance(index, int) and 0 <= index < len(names) and isinstance(entry, dict)):
+            raise ValueError(f"{where}['optimizer']['state'] has an entry {_short(index)}: allowed are the "
+                             f"stage's parameter numbers 0..{len(names) - 1}, each with a dict of tensors")
+        _check_tensors(f"{where}['optimizer']['state'][{index}] ({names[index]})",
+                       {k: v for k, v in entry.items() if isinstance(v, torch.Tensor) and v.dim() > 0},
+                       expected[names[index]], exact=False)
+    missing = [n for i, n in enumerate(names) if i not in optimizer["state"]]
+    if missing and "outer" not in state and (cfg.optimizer == "adamw" or cfg.momentum > 0):
+        raise ValueError(f"{where}['optimizer'] lacks the state of {len(missing)} of {len(names)} parameters "
+                         f"({missing[0]}, ...): a checkpoint at step {step} holds {cfg.optimizer}'s state for "
+                         "every parameter; without it the run would restart them from nothing")
+
+
+def _check_tensors(where: str, tensors: object, expected: dict[str, torch.Tensor] | torch.Tensor,
+                   exact: bool = True) -> None:
+    """`tensors` is a dict of tensors named (when `exact`), shaped and typed as `expected` (a dict
+    by name, or one tensor every entry must match)."""
+    if not isinstance(tensors, dict):
+        raise ValueError(f"{where}={_short(tensors)} is not allowed: a dict of tensors by name")
+    if exact and isinstance(expected, dict) and tensors.keys() != expected.keys():
+        extra, lacking = sorted(tensors.keys() - expected.keys()), sorted(expected.keys() - tensors.keys())
+        raise ValueError(f"{where} does not hold this stage's tensors: " + "; ".join(
+            f"{what} {names[:2]}{' ...' if len(names) > 2 else ''}" for what, names in
+            (("unknown", extra), ("missing", lacking)) if names) + f" (the model has {len(expected)})")
+    for name, value in tensors.items():
+        want = expected[name] if isinstance(expected, dict) else expected
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"{where}[{name!r}]={_short(value)} is not allowed: a tensor")
+        if value.shape != want.shape or value.dtype != want.dtype:
+            raise ValueError(f"{where}[{name!r}] is a {value.dtype} tensor of shape {list(value.shape)}; the "
+                             f"model's is {want.dtype} of shape {list(want.shape)}")
+
+
+def _check_finite(where: str, value: object, key: str = "") -> None:
+    """Every floating tensor anywhere in `value` holds finite numbers only."""
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise ValueError(f"{where}{key} holds NaN or infinite values: a run resumes from finite numbers only")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(where, v, f"{key}[{k!r}]")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_finite(where, v, f"{key}[{i}]")
+
+
 def _why(exc: Exception) -> str:
     """The gist of torch's error on one short line."""
     text = str(exc)
@@ -99,6 +180,9 @@ def load_checkpoint(path: str | Path, cfg: RunConfig) -> dict[str, Any]:
             f"checkpoint {path} holds model {saved.model} in {saved.stages} stages with {saved.compression}; "
             f"the run asks for {cfg.model} in {cfg.stages} stages with {cfg.compression}"
         )
+    for index, state in enumerate(data["stages"]):
+        _check_stage(f"checkpoint {path} is damaged: stages[{index}]", state, *_expected(saved, index), data["step"],
+                     saved)
     if data["step"] >= cfg.steps:
         raise ValueError(f"checkpoint {path} is at step {data['step']}, not before the run's last step {cfg.steps}")
     try:

@@ -10,7 +10,9 @@ from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
 
+from labkit.config_checks import is_number
 from labkit.events import Event
+from labkit.jsonfile import JSONValueError, parse_json, regular_file
 
 
 class EventLog:
@@ -81,20 +83,26 @@ class EventLog:
 
 def read_events(path: Path) -> list[Event]:
     """The events of a run's `events.jsonl` (a line cut short by a crash ends the list; any
-    other bad line is an error naming the file and line)."""
+    other bad line is one ValueError naming the file and line; a file that is not a regular file
+    of at most MAX_BYTES, or not UTF-8, is one ConfigError naming it)."""
     out: list[Event] = []
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
+    raw = regular_file(path, "report", "a run's events.jsonl").read_bytes()
+    try:
+        lines = raw.decode("utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text (byte {exc.start}); events.jsonl holds one JSON object per line") from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            event = json.loads(line)
+            event = parse_json(line, finite=False)
         except json.JSONDecodeError as exc:
             if number >= len(lines) - 1:  # the last line, written when the process died
                 break
             raise ValueError(f"{path}:{number} is not a JSON event ({exc.msg}); events.jsonl holds one JSON object per line") from None
-        if not (isinstance(event, dict) and isinstance(event.get("type"), str) and "t" in event):
-            raise ValueError(f"{path}:{number} is not an event: a JSON object with 'type' and 't' fields")
+        except JSONValueError as exc:
+            raise ValueError(f"{path}:{number} is not a JSON event ({exc}); events.jsonl holds one JSON object per line") from None
+        if not (isinstance(event, dict) and isinstance(event.get("type"), str) and is_number(event.get("t"))):
+            raise ValueError(f"{path}:{number} is not an event: a JSON object with a 'type' name and a 't' number")
         out.append(event)
     return out

@@ -22,6 +22,13 @@ MAX_PEERS = 100_000  # initial peers plus joins: rows of the (peers x stages) se
 MAX_SLOTS = 100_000  # trainers x window microbatches in flight: rows of the (slots x stages) route arrays
 MAX_BINS = 100_000  # duration / bin_seconds: rows of the (bins x stages) throughput and load arrays
 MAX_ROUNDS = 100_000  # duration / rebalance_period: rebalancing rounds, each a pass over every peer
+# What a network and a device can be, generously: the simulator's times stay finite (no inf or a
+# division by zero from 1e308 ms or 1e-308 Mb/s)
+MAX_MS = 3.6e6  # milliseconds of a round trip or of a block's fixed overhead: an hour
+BANDWIDTH_MBPS = (1e-3, 1e9)  # Mb/s: 1 kbit/s to 1 Pbit/s
+MAX_COMPRESSION = 1e6  # times smaller on the wire
+CV_RANGE = (1e-3, 10.0)  # coefficient of variation of compute times, when not 0 (gamma shape 1/cv^2 stays finite)
+MAX_SECONDS = 1e9  # a peer's move, the router's epsilon: about 30 years
 
 
 def _check(ok: bool, owner: str, name: str, value: object, allowed: str) -> None:
@@ -31,6 +38,15 @@ def _check(ok: bool, owner: str, name: str, value: object, allowed: str) -> None
 
 def _num(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_network(owner: str, rtt_ms: object, bandwidth_mbps: object) -> None:
+    """One ConfigError unless the round trip and bandwidth are ones a real link can have."""
+    _check(_num(rtt_ms) and 0 <= rtt_ms <= MAX_MS, owner, "rtt_ms", rtt_ms,
+           f"a number of milliseconds from 0 to {MAX_MS:g} (an hour)")
+    low, high = BANDWIDTH_MBPS
+    _check(_num(bandwidth_mbps) and low <= bandwidth_mbps <= high, owner, "bandwidth_mbps", bandwidth_mbps,
+           f"a number of Mb/s > 0, from {low:g} (1 kbit/s) to {high:g} (1 Pbit/s)")
 
 
 def _int(value: object) -> bool:
@@ -65,9 +81,7 @@ class Link:
     bandwidth_mbps: float  # megabits per second
 
     def __post_init__(self) -> None:
-        _check(_num(self.rtt_ms) and self.rtt_ms >= 0, "Link", "rtt_ms", self.rtt_ms, "a finite number of milliseconds >= 0")
-        _check(_num(self.bandwidth_mbps) and self.bandwidth_mbps > 0, "Link", "bandwidth_mbps", self.bandwidth_mbps,
-               "a finite number of Mb/s > 0")
+        check_network("Link", self.rtt_ms, self.bandwidth_mbps)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -140,22 +154,23 @@ class SimScenario:
             _check(_int(value) and value >= 1, o, name, value, "an integer >= 1")
         _check(isinstance(self.checkpointing, bool), o, "checkpointing", self.checkpointing, "True or False")
         _check(_num(self.efficiency) and 0 < self.efficiency <= 1, o, "efficiency", self.efficiency, "a number in (0, 1]")
-        for name in ("overhead_ms", "rtt_ms", "service_cv"):
-            value = getattr(self, name)
-            _check(_num(value) and value >= 0, o, name, value, "a finite number >= 0")
-        _check(_num(self.bandwidth_mbps) and self.bandwidth_mbps > 0, o, "bandwidth_mbps", self.bandwidth_mbps,
-               "a finite number of Mb/s > 0")
+        check_network(o, self.rtt_ms, self.bandwidth_mbps)
+        _check(_num(self.overhead_ms) and 0 <= self.overhead_ms <= MAX_MS, o, "overhead_ms", self.overhead_ms,
+               f"a number of milliseconds from 0 to {MAX_MS:g} (an hour)")
+        _check(_num(self.service_cv) and (self.service_cv == 0 or CV_RANGE[0] <= self.service_cv <= CV_RANGE[1]), o,
+               "service_cv", self.service_cv, f"0 (no noise) or a number from {CV_RANGE[0]:g} to {CV_RANGE[1]:g}")
         if isinstance(self.links, list):
             object.__setattr__(self, "links", tuple(self.links))
         _check(all(isinstance(k, Link) for k in self.links), o, "links", self.links, "a list of Link")
-        _check(_num(self.compression) and self.compression >= 1, o, "compression", self.compression, "a number >= 1")
+        _check(_num(self.compression) and 1 <= self.compression <= MAX_COMPRESSION, o, "compression", self.compression,
+               f"a number from 1 to {MAX_COMPRESSION:g}")
         _check(self.global_batch is None or (_int(self.global_batch) and self.global_batch >= self.microbatch), o,
                "global_batch", self.global_batch, f"None or an integer >= microbatch={self.microbatch}")
         for name in ("rebalance_period", "move_seconds"):
             value = getattr(self, name)
             low = 0 if name == "move_seconds" else 1e-9
-            _check(value is None or (_num(value) and value >= low), o, name, value,
-                   "None or a finite number of seconds " + (">= 0" if low == 0 else "> 0"))
+            _check(value is None or (_num(value) and low <= value <= MAX_SECONDS), o, name, value,
+                   "None or a finite number of seconds " + (">= 0" if low == 0 else "> 0") + f", at most {MAX_SECONDS:g}")
         _check(isinstance(self.directed_joins, bool), o, "directed_joins", self.directed_joins, "True or False")
         _check(_int(self.stream_chunks) and 1 <= self.stream_chunks <= 1_000_000, o, "stream_chunks",
                self.stream_chunks, "an integer from 1 (no overlap) to 1,000,000")
@@ -166,7 +181,8 @@ class SimScenario:
         _check(self.churn is None or isinstance(self.churn, ChurnModel), o, "churn", self.churn, "None or a ChurnModel")
         _check(self.churn is None or not self.trace, o, "trace", self.trace, "empty when churn generates the trace")
         _check(_num(self.gamma) and 0 < self.gamma <= 1, o, "gamma", self.gamma, "a number in (0, 1]")
-        _check(_num(self.epsilon) and self.epsilon >= 0, o, "epsilon", self.epsilon, "a finite number >= 0")
+        _check(_num(self.epsilon) and 0 <= self.epsilon <= MAX_SECONDS, o, "epsilon", self.epsilon,
+               f"a number from 0 to {MAX_SECONDS:g}")
         _check(_int(self.seed) and 0 <= self.seed < 2**32, o, "seed", self.seed,
                "an integer >= 0 and < 2^32 (the seed range of numpy and numba)")
         self._check_sizes()

@@ -6,6 +6,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +17,13 @@ import torch
 
 import labkit
 from labkit.cli.main import main
-from labkit.config import ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig
+from labkit.config import MAX_THREADS, ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig
 from labkit.data import load_corpus
+from labkit.lab import replay
+from labkit.lab.rows import rows_of_run
+from labkit.model.assembly import initial_states
+from labkit.model.memory import check_memory, estimate_memory
+from labkit.plan.matrix_file import load_network
 from labkit.plan.network import NetworkScenario
 from labkit.plan.plan import Plan
 from labkit.runtime.checkpoint import load_checkpoint, save_checkpoint
@@ -22,6 +31,7 @@ from labkit.sim.events_sim import run_events
 from labkit.sim.presets import small_swarm
 from labkit.sim.scenario import SimScenario
 from labkit.sim.traces import ChurnModel
+from tests.waiting import wait_until
 
 CFG = RunConfig(model=ModelConfig(size="nano", seq_len=32), global_batch=16, microbatch=4, steps=5, eval_every=0)
 TRAIN = ["train", "--seq-len", "32", "--global-batch", "16", "--microbatch", "4", "--steps", "5", "--eval-every", "0",
@@ -131,9 +141,90 @@ def test_a_checkpoint_that_would_run_code_is_refused_unrun(tmp_path: Path) -> No
 
 
 def test_good_checkpoints_still_load_with_a_diloco_stage(tmp_path: Path) -> None:
-    stages = [{"params": {"w": torch.ones(2)}, "sync": SyncConfig(mode="diloco")} for _ in range(CFG.stages)]
-    data = load_checkpoint(save_checkpoint(tmp_path / "c.pt", CFG, 1, stages), CFG)
-    assert data["step"] == 1 and data["stages"][0]["sync"].mode == "diloco"
+    stages = [{**state, "sync": SyncConfig(mode="diloco")} for state in initial_states(CFG)]
+    data = load_checkpoint(save_checkpoint(tmp_path / "c.pt", CFG, 0, stages), CFG)
+    assert data["step"] == 0 and data["stages"][0]["sync"].mode == "diloco"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkpoint a real 2-step run of CFG's model left (stages with their AdamW state)."""
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    labkit.launch(CFG.replace(steps=2, data=DataConfig(max_bytes=2_000_000)), run_dir=run_dir).wait(120)
+    return run_dir / "checkpoint.pt"
+
+
+def _first(state: dict) -> str:
+    return next(iter(state["params"]))
+
+
+def _exp_avg(state: dict) -> dict:
+    return state["optimizer"]["state"][0]
+
+
+# each damages stage 0 of a real checkpoint in place; the error must name the entry and the rule
+DAMAGED_STAGES = {
+    "params_fp16": (lambda s: s.__setitem__("params", {k: v.half() for k, v in s["params"].items()}), "float16"),
+    "params_int": (lambda s: s.__setitem__("params", {k: v.long() for k, v in s["params"].items()}), "int64"),
+    "params_nan": (lambda s: s["params"][_first(s)].view(-1).__setitem__(0, math.nan), "NaN or infinite"),
+    "params_inf": (lambda s: s["params"][_first(s)].view(-1).__setitem__(0, -math.inf), "NaN or infinite"),
+    "params_shape": (lambda s: s["params"].__setitem__(_first(s), s["params"][_first(s)][:3].clone()), "shape"),
+    "params_missing": (lambda s: s["params"].pop(_first(s)), "missing"),
+    "params_unknown": (lambda s: s["params"].__setitem__("zzz", torch.zeros(2)), "unknown"),
+    "params_a_list": (lambda s: s["params"].__setitem__(_first(s), [1.0]), "a tensor"),
+    "optimizer_none": (lambda s: s.__setitem__("optimizer", None), "restart the optimizer"),
+    "optimizer_removed": (lambda s: s.pop("optimizer"), "restart the optimizer"),
+    "optimizer_text": (lambda s: s.__setitem__("optimizer", "adamw"), "state dict"),
+    "optimizer_emptied": (lambda s: s["optimizer"].__setitem__("state", {}), "lacks the state of"),
+    "optimizer_one_gone": (lambda s: s["optimizer"]["state"].pop(3), "lacks the state of 1"),
+    "optimizer_nan": (lambda s: _exp_avg(s)["exp_avg"].view(-1).__setitem__(0, math.nan), "NaN or infinite"),
+    "optimizer_shape": (lambda s: _exp_avg(s).__setitem__("exp_avg", _exp_avg(s)["exp_avg"][:1].clone()), "shape"),
+    "optimizer_fp16": (lambda s: _exp_avg(s).__setitem__("exp_avg_sq", _exp_avg(s)["exp_avg_sq"].half()), "float16"),
+    "optimizer_index": (lambda s: s["optimizer"]["state"].__setitem__(999, {}), "parameter numbers"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGED_STAGES))
+def test_a_checkpoint_that_loads_but_is_damaged_is_refused(kind: str, trained: Path, tmp_path: Path) -> None:
+    damage, needle = DAMAGED_STAGES[kind]
+    data = torch.load(trained, weights_only=True)
+    damage(data["stages"][0])
+    torch.save(data, tmp_path / f"{kind}.pt")
+    with pytest.raises(ValueError, match=f"{kind}.pt is damaged: stages\\[0\\]") as err:
+        load_checkpoint(tmp_path / f"{kind}.pt", CFG)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_real_checkpoint_loads_and_one_of_another_model_is_refused(trained: Path) -> None:
+    assert load_checkpoint(trained, CFG)["step"] == 2
+    other = CFG.replace(model=ModelConfig(size="tiny", seq_len=32))
+    with pytest.raises(ValueError, match="checkpoint.pt holds model .*size='nano'.* the run asks for .*size='tiny'"):
+        load_checkpoint(trained, other)
+
+
+@pytest.mark.parametrize("kind", ["params_fp16", "optimizer_none", "params_nan"])
+def test_resume_from_a_damaged_checkpoint_is_one_line(kind: str, trained: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    data = torch.load(trained, weights_only=True)
+    DAMAGED_STAGES[kind][0](data["stages"][0])
+    torch.save(data, tmp_path / f"{kind}.pt")
+    err = cli_error([*TRAIN, "--run-dir", str(tmp_path / "run"), "--resume", str(tmp_path / f"{kind}.pt")], capsys)
+    assert f"{kind}.pt is damaged" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_a_checkpoint_that_is_not_a_regular_file_is_refused_unopened(special: str, tmp_path: Path) -> None:
+    path = Path(special) if special.startswith("/") else _fifo(tmp_path / "ckpt.pt")
+    with pytest.raises(ValueError, match=f"{path.name}' is not a regular file"):
+        load_checkpoint(path, CFG)
+
+
+def _fifo(path: Path) -> Path:
+    """A real named pipe at `path` (opening it for reading would wait for a writer forever)."""
+    os.mkfifo(path)
+    return path
 
 
 # -- plan.json: `train --plan`, `simulate --plan`, Plan.load / from_json ---------------------------
@@ -364,3 +455,224 @@ def test_an_empty_folder_is_too_small(tmp_path: Path) -> None:
     os.mkdir(tmp_path / "none")
     with pytest.raises(ValueError, match="none is too small"):
         load_corpus(DataConfig(path=str(tmp_path / "none")))
+
+
+# -- sizes that cannot fit: the memory estimate, threads -----------------------------------------
+
+def test_a_run_that_cannot_fit_is_refused_with_its_estimate_and_what_fits() -> None:
+    big = RunConfig(model=ModelConfig(size="small", seq_len=1024), global_batch=4096, microbatch=1024)
+    with pytest.raises(ConfigError, match=r"RunConfig.memory='an estimated .* GiB \(weights .*activations.*"
+                                          r"at most the 16.00 GiB this machine has free; microbatch=\d+ .*would fit"):
+        check_memory(big, 16 << 30)
+    huge = RunConfig(model=ModelConfig(size="large"), peers=8, global_batch=64, microbatch=16)
+    with pytest.raises(ConfigError, match="even microbatch=1 does not fit: use fewer peers"):
+        check_memory(huge, 8 << 30)
+    assert check_memory(CFG, 8 << 30).total < 2 << 30
+
+
+def test_the_estimate_counts_every_replica_and_every_microbatch_in_flight() -> None:
+    one, four = estimate_memory(CFG.replace(peers=1)), estimate_memory(CFG.replace(peers=4))
+    assert four.weights == 4 * one.weights and four.activations > one.activations
+    assert estimate_memory(CFG.replace(inflight=8)).activations > 4 * estimate_memory(CFG).activations / 2
+    assert estimate_memory(CFG.replace(activation_checkpointing=True)).activations < estimate_memory(CFG).activations
+    sgd = estimate_memory(CFG.replace(optimizer="sgd", momentum=0.0))
+    assert sgd.weights == estimate_memory(CFG).weights * 4 // 6  # no AdamW moments: 4 copies, not 6
+
+
+@pytest.mark.parametrize("threads", [10**5, 10**9])
+def test_a_huge_thread_count_is_one_line(threads: int, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match=f"RunConfig.threads={threads} .*to {MAX_THREADS}"):
+        RunConfig(threads=threads)
+    assert "RunConfig.threads" in cli_error([*TRAIN, "--threads", str(threads)], capsys)
+
+
+@pytest.mark.timeout(60)
+def test_training_data_that_is_a_fifo_or_a_device_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = _fifo(tmp_path / "pipe.txt")
+    assert "not a FIFO" in cli_error([*TRAIN, "--data", str(fifo), "--run-dir", str(tmp_path / "run")], capsys)
+    with pytest.raises(ConfigError, match="DataConfig.path='/dev/zero' .*not a character device"):
+        DataConfig(path="/dev/zero")
+    assert not (tmp_path / "run").exists()
+
+
+# -- malformed run directories: `labkit report` and labkit.lab.replay ----------------------------
+
+HOP = {"type": "hop", "t": 0.1, "trainer": "t0", "stage": 0, "peer": "s0p0", "direction": "forward", "bytes": 10,
+       "seconds": 0.01, "microbatch": 1, "timing": {}, "link_seconds": 0.0}
+STEP = {"type": "step", "t": 0.2, "step": 1, "loss": 5.0, "samples": 16, "tokens": 512}
+EVENTS = json.dumps(HOP) + "\n" + json.dumps(STEP) + "\n"
+NESTED = "[" * 100_000 + "]" * 100_000
+BAD_RUN_DIRS = {  # files of the directory (None: a folder), and what the error names
+    "no_events": ({"summary.json": "{}"}, "holds no events.jsonl"),
+    "events_folder": ({"events.jsonl": None}, "events.jsonl' is not allowed: a run's events.jsonl: a file, not a folder"),
+    "garbage_line": ({"events.jsonl": "xx\x00garbage\n" + EVENTS}, "events.jsonl:1 is not a JSON event"),
+    "a_list_line": ({"events.jsonl": "[1, 2]\n" + EVENTS}, "events.jsonl:1 is not an event"),
+    "t_text": ({"events.jsonl": json.dumps({**STEP, "t": "soon"})}, "events.jsonl:1 is not an event"),
+    "hop_missing_fields": ({"events.jsonl": json.dumps({"type": "hop", "t": 0})}, "event 1 (type 'hop') does not fit"),
+    "step_text_fields": ({"events.jsonl": json.dumps({**STEP, "step": "one"})}, "step='one' is not a number"),
+    "nested_event": ({"events.jsonl": '{"type": ' + NESTED + "}\n" + EVENTS}, "nests deeper than 64"),
+    "non_utf8": ({"events.jsonl": b"\xff\xfe" + EVENTS.encode()}, "events.jsonl is not UTF-8"),
+    "config_garbage": ({"events.jsonl": EVENTS, "config.json": "{oops"}, "config.json' is not allowed"),
+    "config_wrong": ({"events.jsonl": EVENTS, "config.json": json.dumps({"lr": "fast"})}, "config.json is not a run's"),
+    "config_a_list": ({"events.jsonl": EVENTS, "config.json": "[1]"}, "config.json is not a run's"),
+    "config_nested": ({"events.jsonl": EVENTS, "config.json": '{"model": ' + NESTED + "}"}, "nests deeper than 64"),
+}
+REPORT_ONLY = {  # files only the report reads
+    "summary_a_list": ({"events.jsonl": EVENTS, "summary.json": "[1, 2]"}, "summary.json is not a summary.json"),
+    "throughput_text": ({"events.jsonl": EVENTS, "throughput.json": json.dumps([{"t": "x"}])}, "throughput.json is not"),
+}
+HARMLESS_RUN_DIRS = {"empty_events": "", "cut_short": EVENTS + '{"type": "st', "unknown_type": '{"type": "zap", "t": 0}\n' + EVENTS}
+
+
+def _run_dir(tmp_path: Path, files: dict[str, str | bytes | None]) -> Path:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for name, content in files.items():
+        (run_dir / name).mkdir() if content is None else write(run_dir / name, content)
+    return run_dir
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_RUN_DIRS) + sorted(REPORT_ONLY))
+def test_a_malformed_run_directory_is_one_line_naming_the_file(kind: str, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    files, needle = {**BAD_RUN_DIRS, **REPORT_ONLY}[kind]
+    run_dir = _run_dir(tmp_path, files)
+    assert needle in cli_error(["report", str(run_dir)], capsys)
+    if kind in BAD_RUN_DIRS:
+        with pytest.raises((ValueError, OSError), match=re.escape(needle)):
+            replay(run_dir)
+    assert not (run_dir / "report.html").exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["missing", "a_file", "fifo_events"])
+def test_a_run_directory_that_is_not_one_is_one_line(kind: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "run"
+    if kind == "a_file":
+        write(path, "x")
+    elif kind == "fifo_events":
+        path.mkdir()
+        _fifo(path / "events.jsonl")
+    needle = {"missing": "it does not exist", "a_file": "it is not a directory", "fifo_events": "not a FIFO"}[kind]
+    assert needle in cli_error(["report", str(path)], capsys)
+    with pytest.raises((ValueError, OSError), match=needle):
+        replay(path)
+
+
+@pytest.mark.parametrize("kind", sorted(HARMLESS_RUN_DIRS))
+def test_an_empty_cut_short_or_newer_event_log_still_replays(kind: str, tmp_path: Path) -> None:
+    run_dir = _run_dir(tmp_path, {"events.jsonl": HARMLESS_RUN_DIRS[kind]})
+    rows = rows_of_run(run_dir)  # what replay and the report draw (the report's rendering: test_cli_simulate)
+    assert rows.now == (0.0 if kind == "empty_events" else 0.2) and replay(run_dir) is not None
+
+
+# -- JSON the CLI reads: nesting, non-finite numbers, special files --------------------------------
+
+LOADERS = {"plan": Plan.load, "network": NetworkScenario.load, "scenario": SimScenario.load,
+           "matrix": load_network}
+NOT_PLAIN_JSON = {"nested": ('{"a": ' + NESTED + "}", "nests deeper than 64 levels"),
+                  "nan": ('{"a": NaN}', "it holds NaN"), "infinity": ('{"a": -Infinity}', "it holds -Infinity"),
+                  "1e400": ('{"a": 1e400}', "too big for a float"), "huge_int": ('{"a": 1' + "0" * 400 + "}", "401 digits")}
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_PLAIN_JSON))
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+def test_json_that_is_not_plain_is_one_config_error(loader: str, kind: str, tmp_path: Path) -> None:
+    text, needle = NOT_PLAIN_JSON[kind]
+    with pytest.raises(ConfigError, match=f"{kind}.json.* plain JSON \\(.*{needle}") as err:
+        LOADERS[loader](write(tmp_path / f"{kind}.json", text))
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("special", ["fifo", "dev_zero", "huge"])
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+def test_a_special_or_huge_file_is_refused_unread(loader: str, special: str, tmp_path: Path) -> None:
+    if special == "fifo":
+        path, needle = _fifo(tmp_path / "pipe.json"), "not a FIFO"
+    elif special == "dev_zero":
+        path, needle = Path("/dev/zero"), "not a character device"
+    else:
+        path, needle = tmp_path / "huge.json", "at most 256 MiB"
+        with open(path, "wb") as f:
+            f.truncate(3 << 30)  # 3 GiB of zero bytes, sparse: no disk used
+    with pytest.raises(ConfigError, match=needle):
+        LOADERS[loader](path)
+
+
+@pytest.mark.timeout(60)
+def test_the_cli_refuses_a_fifo_where_it_reads_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = str(_fifo(tmp_path / "pipe.json"))
+    assert "not a FIFO" in cli_error(["simulate", fifo, "--out", str(tmp_path / "o")], capsys)
+    assert "not a FIFO" in cli_error([*TRAIN, "--plan", fifo, "--run-dir", str(tmp_path / "r")], capsys)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "r").exists()
+
+
+# -- extreme numbers in --network files and scenario files ---------------------------------------
+
+MATRIX = {"delay_ms": [[0, 5], [5, 0]], "bandwidth_gbps": [[0, 2], [2, 0]]}
+EXTREMES = {"1e308": 1e308, "negative": -1.0, "tiny": 1e-308}
+
+
+NETWORK_FIELDS = [("matrix", "delay_ms"), ("matrix", "bandwidth_gbps"), ("network", "delay"), ("network", "bandwidth"),
+                  ("network", "flops"), ("network", "memory")]
+HARMLESS = {"delay_ms": "tiny", "delay": "tiny", "rtt_ms": "tiny", "overhead_ms": "tiny"}  # 1e-308 s or ms is zero
+
+
+@pytest.mark.parametrize(("where", "field", "value"), [(w, f, v) for w, f in NETWORK_FIELDS for v in sorted(EXTREMES)
+                                                       if HARMLESS.get(f) != v])
+def test_extreme_numbers_in_network_files_are_refused(where: str, field: str, value: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads(json.dumps(MATRIX if where == "matrix" else NETWORK))
+    if field in ("flops", "memory"):
+        data["devices"][0][field] = EXTREMES[value]
+    else:
+        data[field][0][1] = EXTREMES[value]
+    path = str(write(tmp_path / "n.json", data))
+    argv = ["plan", *(["--network", path] if where == "matrix" else [path]), "--stages", "1", "--out", str(tmp_path / "o")]
+    assert f".{field}" in cli_error(argv, capsys)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(("field", "value"), [(f, v) for f in ("rtt_ms", "bandwidth_mbps", "overhead_ms", "compression",
+                                                               "service_cv") for v in sorted(EXTREMES)
+                                              if HARMLESS.get(f) != v])
+def test_extreme_numbers_in_scenario_files_are_refused(field: str, value: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=f"Scenario.{field}="):
+        SimScenario.load(write(tmp_path / "s.json", {**SCENARIO, field: EXTREMES[value]}))
+
+
+@pytest.mark.parametrize(("field", "value"), [("rtt_ms", "1e308"), ("rtt_ms", "negative"), ("bandwidth_mbps", "1e308"),
+                                              ("bandwidth_mbps", "tiny"), ("bandwidth_mbps", "negative")])
+def test_extreme_numbers_in_a_scenario_link_are_refused(field: str, value: str) -> None:
+    link = {"a": "x", "b": "y", "rtt_ms": 1.0, "bandwidth_mbps": 10.0, field: EXTREMES[value]}
+    with pytest.raises(ConfigError, match=f"Link.{field}="):
+        SimScenario.from_dict({**SCENARIO, "links": [link]})
+
+
+# -- work that runs long: Ctrl-C stops it with one line and exit 130 ------------------------------
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(("argv", "bar", "line"), [
+    (["simulate", "--preset", "global-mix", "--duration", "6000000"], b"global-mix (events)",
+     "labkit simulate: interrupted at "),
+    (["plan", "--preset", "dtfm_world", "--n", "128", "--method", "kl", "--generations", "10000"], b"kl GA",
+     "labkit plan: interrupted while planning with kl"),
+], ids=["simulate", "plan"])
+def test_ctrl_c_stops_long_work_with_one_line_and_exit_130(argv: list[str], bar: bytes, line: str,
+                                                           tmp_path: Path) -> None:
+    err = tmp_path / "stderr"
+    with open(err, "wb") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "labkit.cli.main", *argv, "--out", str(tmp_path / "out")],
+                                stderr=sink, stdout=subprocess.DEVNULL, cwd=Path(__file__).parents[2])
+        try:
+            wait_until(lambda: bar in err.read_bytes(), 180, "the progress bar")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(60) == 130
+        finally:
+            proc.kill()
+            proc.wait()
+    text = err.read_text()
+    assert line in text and "Traceback" not in text
+    assert not (tmp_path / "out").exists()
