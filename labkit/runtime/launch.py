@@ -10,7 +10,10 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+import psutil
+
 from labkit.config import RunConfig
+from labkit.model.memory import check_memory
 from labkit.runtime.handle import RunHandle
 from labkit.runtime.links import load_links
 
@@ -66,6 +69,8 @@ def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | No
     if refusal := backend_refusal(config, backend):
         raise ValueError(refusal)
     load_links(config)  # a bad scenario file fails here, naming what is wrong, before anything starts
+    if backend == "inprocess":  # every peer in this process: refused with an estimate, not OOM-killed
+        check_memory(config, psutil.virtual_memory().available)
     registry = {"atom": ATOM_BACKENDS, "taskpool": TASKPOOL_BACKENDS}.get(config.executor, BACKENDS)
     module, name = registry[backend].split(":")
     return getattr(importlib.import_module(module), name)(config, **options)
