@@ -238,12 +238,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="minutes of chaos")
     parser.add_argument("--kill-every", type=float, default=10.0, help="mean seconds between kills")
-    parser.add_argument("--baseline-minutes", type=float, default=2.0, help="minutes of the fault-free run")
+    parser.add_argument("--baseline-minutes", type=float, default=2.0,
+                        help="minutes of the fault-free run (0: none, and efficiency=nan)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     rng = random.Random(args.seed)
     print(f"load average at start: {os.getloadavg()}", flush=True)
-    fault_free = baseline(args.baseline_minutes)
+    fault_free = baseline(args.baseline_minutes) if args.baseline_minutes > 0 else float("nan")
     print(f"fault-free: {fault_free:,.0f} tokens/s over {args.baseline_minutes:g} min", flush=True)
     kills, stamps, rate, samples = chaos(args.minutes, args.kill_every, rng)
     recoveries(kills, stamps)
@@ -263,7 +264,7 @@ def main() -> None:
           f"{samples[-1][3]} processes)")
     half = min(samples[:-1], key=lambda s: abs(s[0] - args.minutes / 2))
     growth = (end[1] - half[1]) / half[1]
-    efficiency = rate / fault_free if fault_free else 0.0
+    efficiency = rate / fault_free if fault_free else 0.0  # nan without a baseline
     recovery = statistics.median([k.next_step for k in kills if k.next_step is not None] or [float("inf")])
     print(f"chaos: {rate:,.0f} tokens/s; load average at end: {os.getloadavg()}")
     print(f"chaos minutes={args.minutes:g} kills={len(kills)} efficiency={efficiency:.3f} lost={lost} doubled={doubled} "

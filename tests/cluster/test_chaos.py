@@ -1,6 +1,7 @@
 """benchmarks/chaos.py for two minutes: real SIGKILLs of peer and trainer workers at a mean of one
 every 10 s, not waiting for steps. Nothing lost or doubled, no step gap over 30 s and a median of
-at most 30 s from a kill to the next step (the goals, 10 s on a quiet machine, are the benchmark's)."""
+at most 30 s from a kill to the next step (the goals, 10 s on a quiet machine, are the benchmark's).
+No fault-free baseline here: efficiency is the benchmark's figure, not the suite's."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ CHAOS = Path(__file__).parents[2] / "benchmarks" / "chaos.py"
 
 def test_two_minutes_of_chaos_lose_and_double_nothing_and_never_stall() -> None:
     out = subprocess.run([sys.executable, str(CHAOS), "--minutes", "2", "--kill-every", "10",
-                          "--baseline-minutes", "0.25", "--seed", "1"], capture_output=True, text=True, timeout=600)
+                          "--baseline-minutes", "0", "--seed", "1"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     last = out.stdout.strip().splitlines()[-1]
     figures = dict(re.findall(r"(\w+)=(\S+)", last))
