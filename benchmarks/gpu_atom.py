@@ -19,7 +19,7 @@ import argparse
 import torch
 
 import labkit
-from benchmarks.gpu_common import write
+from benchmarks.gpu_common import without_cuda, write
 from labkit.config import AtomConfig, DataConfig, ModelConfig, RunConfig
 
 
@@ -66,9 +66,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--out", default=None, help="a JSON file for the figures")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("atom skipped: no CUDA (torch.cuda.is_available() is False)")
-        write(args.out, "atom", {"skipped": "no CUDA"})
+    if without_cuda(args.out, "atom"):
         return
     model = ModelConfig(size=args.size, seq_len=args.seq_len)
     whole_mb = 3 * 4 * model.num_params() / 1e6 + 1e3  # parameters, gradients, a copy in flight, 1 GB of activations

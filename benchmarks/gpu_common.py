@@ -35,3 +35,12 @@ def write(out: str | None, part: str, figures: dict[str, Any]) -> None:
               "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **figures}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(record, indent=1, default=str))
+
+
+def without_cuda(out: str | None, part: str) -> bool:
+    """Whether there is no CUDA device; if so, say that `part` is skipped and record it in `out`."""
+    if torch.cuda.is_available():
+        return False
+    print(f"{part} skipped: no CUDA (torch.cuda.is_available() is False)")
+    write(out, part, {"skipped": "no CUDA"})
+    return True

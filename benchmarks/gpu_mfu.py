@@ -17,7 +17,7 @@ import statistics
 
 import torch
 
-from benchmarks.gpu_common import peaks, write
+from benchmarks.gpu_common import peaks, without_cuda, write
 from labkit.config import DataConfig, ModelConfig, RunConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.model.assembly import initial_states, stage_module
@@ -72,9 +72,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", default=None, help="a JSON file for the figures")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("mfu skipped: no CUDA (torch.cuda.is_available() is False)")
-        write(args.out, "mfu", {"skipped": "no CUDA"})
+    if without_cuda(args.out, "mfu"):
         return
     bf16_peak, fp32_peak = peaks() or (float("nan"), float("nan"))
     rows = []

@@ -7,6 +7,7 @@ writes over the records of an earlier run, plan or simulation.
 
 from __future__ import annotations
 
+import time
 import argparse
 import os
 from collections.abc import Callable
@@ -55,9 +56,11 @@ def fresh_out_dir(text: str) -> Path:
     return path
 
 
-def new_run_dir(root: Path, stamp: str) -> Path:
-    """A new empty directory `root/stamp`, or `root/stamp-2`, `-3`, ... when taken (runs started
-    in the same second); made here, so two runs starting at once never get the same one."""
+def new_run_dir(root: Path, stamp: str | None = None) -> Path:
+    """A new empty directory `root/stamp` (by default the date and time now), or `root/stamp-2`,
+    `-3`, ... when taken (runs started in the same second); made here, so two runs starting at
+    once never get the same one."""
+    stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
     n = 1
     while True:
         path = root / (stamp if n == 1 else f"{stamp}-{n}")

@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"labkit plan: interrupted while planning with {args.method}; nothing written", file=sys.stderr)
         return 130
     print(plan.describe())
-    out = args.out or new_run_dir(Path("runs/plan"), time.strftime("%Y%m%d-%H%M%S"))
+    out = args.out or new_run_dir(Path("runs/plan"))
     out.mkdir(parents=True, exist_ok=True)
     try:
         with open(out / "plan.json", "x") as f:  # exclusively: never over a plan written since the flags were read

@@ -14,7 +14,6 @@ import dataclasses
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
 from tqdm import tqdm
@@ -102,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
                   f"{scenario.name} ({args.mode}); nothing written", file=sys.stderr)
             return 130
     summary = summarize(result)
-    out = args.out or new_run_dir(Path("runs/simulate"), time.strftime("%Y%m%d-%H%M%S"))
+    out = args.out or new_run_dir(Path("runs/simulate"))
     out.mkdir(parents=True, exist_ok=True)
     try:
         f = open(out / "events.jsonl", "x")  # exclusively: never over records written since the flags were read

@@ -12,7 +12,6 @@ import argparse
 import json
 import queue
 import sys
-import time
 from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -136,7 +135,7 @@ def _launch(args: argparse.Namespace, cfg: RunConfig) -> tuple[RunHandle, Path]:
     """Launch the run into --run-dir, or into a new `runs/<date-time>` (removed again if the launch fails)."""
     import labkit
 
-    run_dir = args.run_dir or new_run_dir(Path("runs"), time.strftime("%Y%m%d-%H%M%S"))
+    run_dir = args.run_dir or new_run_dir(Path("runs"))
     try:
         run = labkit.launch(cfg, backend=args.backend, scheduler=args.scheduler, run_dir=run_dir, resume=args.resume)
     except Exception:

@@ -25,12 +25,10 @@ def read_run(run_dir: str | Path) -> tuple[RunConfig | None, list[Event]]:
     """The run's config (None where it left no config.json: a simulation) and its events, each
     checked against the schema; FileNotFoundError or one ValueError naming the file otherwise."""
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        what = "does not exist" if not run_dir.exists() else "is not a directory"
-        raise FileNotFoundError(f"{run_dir} holds no events.jsonl: it {what}; give a run directory of `labkit "
-                                "train` or an output directory of `labkit simulate`")
     if not (run_dir / "events.jsonl").exists():
-        raise FileNotFoundError(f"{run_dir} holds no events.jsonl: give a run directory of `labkit train` "
+        what = ("" if run_dir.is_dir() else
+                " it is not a directory;" if run_dir.exists() else " it does not exist;")
+        raise FileNotFoundError(f"{run_dir} holds no events.jsonl:{what} give a run directory of `labkit train` "
                                 "or an output directory of `labkit simulate`")
     config = None
     if (run_dir / "config.json").exists():

@@ -133,7 +133,10 @@ class Coordinator:
         else:  # a boundary waiting on a slow peer may hold the lock: a flag, and the peers from a copy
             late, self.closed = True, True  # the directory is empty from now on: trainers stop retrying
         for p in list(self.members.peers.values()):
-            p.kill() if late else p.close()
+            if late:
+                p.kill()
+            else:
+                p.close()
         for trainer in self.trainers:
             trainer.join(timeout)
         if self._boundary.is_alive():

@@ -22,7 +22,7 @@ SIM_SERIES = "throughput.json"  # `labkit simulate` writes achieved and optimal 
 RECORD_FILES = (*RUN_FILES, "plan.json", SIM_SERIES)  # a run's, a plan's and a simulation's records
 
 
-def claim(run_dir: Path, config: Any = None) -> Path:
+def claim(run_dir: Path, config: dict[str, Any]) -> Path:
     """Make `run_dir` this run's directory (created if missing), create its empty event log
     exclusively, so that two runs starting at once cannot share it, and write `config` (JSON) as
     config.json; refuse a file or a directory that holds a run's files. If writing fails (a full
@@ -42,12 +42,11 @@ def claim(run_dir: Path, config: Any = None) -> Path:
         (run_dir / "events.jsonl").open("x").close()
     except FileExistsError:
         raise _taken(run_dir, ["events.jsonl"]) from None
-    if config is not None:
-        try:
-            write_json(run_dir / "config.json", config, "config")
-        except OSError:
-            _release(run_dir, made)
-            raise
+    try:
+        write_json(run_dir / "config.json", config, "config")
+    except OSError:
+        _release(run_dir, made)
+        raise
     return run_dir
 
 
