@@ -68,18 +68,16 @@ CoreFactory = Callable[[RunConfig, Corpus, Sequence[Mapping[str, Any]], int, Cal
 
 
 class CoreRun(RunHandle):
-    """A live run of `executor` whose core `build` makes; its checkpoints have `record_cfg`'s stages.
+    """A live run whose core `build` makes; its checkpoints have the stages of the executor's
+    record config (ATOM's: one, the whole model), and the verbs its spec refuses raise one error."""
 
-    why_not: verb -> why it has no meaning for this executor (raised as one ValueError)."""
-
-    def __init__(self, cfg: RunConfig, build: CoreFactory, *, executor: str, record_cfg: RunConfig,
-                 why_not: Mapping[str, str], run_dir: str | Path | None = None, resume: str | Path | None = None,
-                 trace: bool = False) -> None:
+    def __init__(self, cfg: RunConfig, build: CoreFactory, *, run_dir: str | Path | None = None,
+                 resume: str | Path | None = None, trace: bool = False) -> None:
+        record_cfg = cfg.spec.record(cfg)
         self._resume = None if resume is None else load_checkpoint(resume, record_cfg)
         if cfg.threads:  # process-wide, as the in-process SWARM backend sets it
             torch.set_num_threads(cfg.threads)
-        self.config, self._build, self._executor, self._record_cfg = cfg, build, executor, record_cfg
-        self._why_not = dict(why_not)
+        self.config, self._build, self._executor, self._record_cfg = cfg, build, cfg.spec.name, record_cfg
         self.run_dir, self.events = open_record(cfg, run_dir, trace)
         self._totals = RunTotals(record_cfg.stages)
         self.events.listeners.append(self._totals.add)
@@ -167,8 +165,8 @@ class CoreRun(RunHandle):
 
     # -- the contract --------------------------------------------------------------------------
     def _verb(self, name: str, *args: Any) -> Any:
-        if name in self._why_not:
-            raise ValueError(f"{name} is not available with executor={self._executor!r}: {self._why_not[name]}")
+        if refusal := self.config.spec.refusal(name):
+            raise ValueError(refusal)
         if name == "stop":
             self._stop.set()
             if self._core is not None:

@@ -31,4 +31,5 @@ SPEC = ExecutorSpec(
     workers=lambda run: sum(run.peers_per_stage) + run.trainers + 1,
     held=stage_copies,
     in_flight=lambda run: run.trainers * run.inflight,
+    whatif=True,
 )

@@ -23,9 +23,9 @@ from labkit import events
 from labkit.config import RunConfig
 from labkit.data import WindowSampler
 from labkit.runtime.core_run import fail_core
-from labkit.runtime.taskpool.client import Client
-from labkit.runtime.taskpool.ports import ClientHost, ClientLost
-from labkit.runtime.taskpool.servers import StageServers
+from labkit.executors.taskpool.client import Client
+from labkit.executors.taskpool.ports import ClientHost, ClientLost
+from labkit.executors.taskpool.servers import StageServers
 from labkit.taskpool import Task
 
 MONITOR_PERIOD = 0.1  # seconds between checks for overdue clients
@@ -244,7 +244,7 @@ class TaskPoolCore:
         self.emit(events.step(self.clock(), step=self.step, loss=loss, samples=self.cfg.global_batch,
                               tokens=self.cfg.global_batch * self.cfg.model.seq_len) | {"stage_samples": counted})
         for servers in self.stages:  # the pool's counters, for the lab and the tests
-            self.emit(events.setting(self.clock(), name="taskpool", value={"stage": servers.stage, **servers.pool.stats()}))
+            self.emit(events.setting(self.clock(), name="pool", value={"stage": servers.stage, **servers.pool.stats()}))
         for hook in self.step_hooks:
             hook(self.step)
         if self.step >= self.cfg.steps:

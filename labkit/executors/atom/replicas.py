@@ -22,8 +22,8 @@ from typing import Any
 
 from labkit import events
 from labkit.config import RunConfig
-from labkit.runtime.atom.ports import ReplicaHost, ReplicaLost, ReplicaPort
-from labkit.runtime.atom.swap import Interrupted
+from labkit.executors.atom.ports import ReplicaHost, ReplicaLost, ReplicaPort
+from labkit.executors.atom.swap import Interrupted
 from labkit.runtime.core_run import fail_core
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import sum_over_peers
@@ -62,7 +62,7 @@ class AtomReplicas:
         self._boundary: threading.Thread | None = None
         self._numbers = itertools.count()
         self._disagree_since: float | None = None
-        for _ in range(cfg.atom.replicas):
+        for _ in range(cfg.executor.replicas):
             self._spawn(state, None)
 
     # -- membership ----------------------------------------------------------------------------
@@ -193,7 +193,7 @@ class AtomReplicas:
 
     def _take(self) -> list[Task]:
         tasks = []
-        while len(tasks) < self.cfg.atom.accumulation and (task := self.ledger.next_task()) is not None:
+        while len(tasks) < self.cfg.executor.accumulation and (task := self.ledger.next_task()) is not None:
             tasks.append(task)
         return tasks
 

@@ -21,7 +21,7 @@ import torch
 from labkit.config import RunConfig
 from labkit.model import Stage
 from labkit.model.assembly import stage_module
-from labkit.runtime.taskpool.ports import ClientPort
+from labkit.executors.taskpool.ports import ClientPort
 from labkit.taskpool import Task
 
 

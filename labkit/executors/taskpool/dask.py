@@ -22,9 +22,9 @@ from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
 from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig
 from labkit.runtime.core_run import CoreRun
-from labkit.runtime.taskpool.client import StageClient
-from labkit.runtime.taskpool.ports import ClientLost
-from labkit.runtime.taskpool.run import launch as launch_taskpool
+from labkit.executors.taskpool.client import StageClient
+from labkit.executors.taskpool.ports import ClientLost
+from labkit.executors.taskpool.run import launch as launch_taskpool
 from labkit.taskpool import Task
 
 

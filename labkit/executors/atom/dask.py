@@ -18,17 +18,17 @@ from typing import Any
 import torch
 
 from labkit import events
-from labkit.backends.dask.atom_actor import ReplicaActor
+from labkit.executors.atom.dask_actor import ReplicaActor
 from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
 from labkit.backends.dask.dht import DhtNode, StageDirectory, host_toward, join, release
 from labkit.backends.dask.remote import START_TIMEOUT
 from labkit.config import RunConfig
 from labkit.data import Corpus
-from labkit.runtime.atom.engine import swap_event
-from labkit.runtime.atom.ports import ReplicaLost, ReplicaPort
-from labkit.runtime.atom.run import launch as launch_atom
+from labkit.executors.atom.engine import swap_event
+from labkit.executors.atom.ports import ReplicaLost, ReplicaPort
+from labkit.executors.atom.run import launch as launch_atom
 from labkit.runtime.core_run import CoreRun
-from labkit.runtime.atom.swap import Interrupted
+from labkit.executors.atom.swap import Interrupted
 from labkit.swarm.ledger import Task
 
 
