@@ -16,6 +16,8 @@ class LocalReplicas:
     """Replicas in this process, sharing one sub-model plan profiled on `atom.device` here; a
     replica's heartbeat count is read off its engine."""
 
+    dashboard = None  # threads of this process: no dashboard
+
     def __init__(self, cfg: RunConfig, corpus: Corpus, params: Mapping[str, Any],
                  emit: Callable[[events.Event], None], clock: Callable[[], float]) -> None:
         self.cfg, self.emit, self.clock = cfg, emit, clock

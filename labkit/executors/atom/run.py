@@ -21,13 +21,13 @@ from labkit.config import RunConfig
 from labkit.data import Corpus
 from labkit.executors.atom.local import LocalReplicas
 from labkit.executors.atom.replicas import AtomReplicas
-from labkit.runtime.core_run import CoreRun
+from labkit.runtime.run import Run
 
 HostFactory = Callable[[RunConfig, Corpus, Mapping[str, Any], Callable[[events.Event], None], Callable[[], float]], Any]
 
 
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
-           trace: bool = False, hosts: HostFactory = LocalReplicas) -> CoreRun:
+           trace: bool = False, hosts: HostFactory = LocalReplicas) -> Run:
     """Start an ATOM run whose replicas live where `hosts` puts them (threads of this process by
     default; `ReplicaHost` is the port); returns its handle at once."""
     if hosts is LocalReplicas and cfg.executor.device == "cuda" and not torch.cuda.is_available():
@@ -44,7 +44,7 @@ def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | P
             raise
 
     try:
-        return CoreRun(cfg, build, run_dir=run_dir, resume=resume, trace=trace)
+        return Run(cfg, build, run_dir=run_dir, resume=resume, trace=trace)
     except ValueError as exc:
         raise ValueError(f"executor='atom' resumes a one-stage checkpoint (the whole model, as ATOM and "
                          f"one-stage SWARM runs write): {exc}") from None

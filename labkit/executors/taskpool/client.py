@@ -84,6 +84,8 @@ class StageClient:
 class LocalClients:
     """Clients as computers in this process (each fed by a thread of the run)."""
 
+    dashboard = None  # threads of this process: no dashboard
+
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
 

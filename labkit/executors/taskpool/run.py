@@ -14,13 +14,13 @@ from typing import Any
 from labkit import events
 from labkit.config import RunConfig
 from labkit.data import Corpus, WindowSampler
-from labkit.runtime.core_run import CoreRun
+from labkit.runtime.run import Run
 from labkit.executors.taskpool.client import LocalClients
 from labkit.executors.taskpool.core import TaskPoolCore
 from labkit.executors.taskpool.ports import ClientHost
 
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
-           trace: bool = False, clients: Callable[[RunConfig], ClientHost] = LocalClients) -> CoreRun:
+           trace: bool = False, clients: Callable[[RunConfig], ClientHost] = LocalClients) -> Run:
     """Start a task-pool run whose servers live in this process and whose clients live where
     `clients` puts them (computers fed by threads of this process by default); returns at once."""
     def build(cfg: RunConfig, corpus: Corpus, states: Sequence[Mapping[str, Any]], step: int,
@@ -33,4 +33,4 @@ def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | P
             host.close()
             raise
 
-    return CoreRun(cfg, build, run_dir=run_dir, resume=resume, trace=trace)
+    return Run(cfg, build, run_dir=run_dir, resume=resume, trace=trace)
