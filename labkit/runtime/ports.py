@@ -14,13 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from labkit.config import RunConfig
 from labkit.events import Event
 from labkit.swarm.ledger import Task
-
-if TYPE_CHECKING:
-    from labkit.runtime.coordinator import Coordinator
 
 
 class RunEnded(RuntimeError):
@@ -110,6 +108,23 @@ class WorkSource(Protocol):
         """Seconds since the run started (the timestamp of events)."""
 
 
+class Roster(Protocol):
+    """The live peers of a run, as a backend watching them sees them."""
+
+    peers: dict[str, PeerHandle]
+
+    def evict(self, name: str, reason: str) -> None:
+        """Take a failed peer out of the run (its credits are recomputed)."""
+
+
+class Coordinated(WorkSource, Directory, Protocol):
+    """What a factory starts peers and trainers for: the run's config and peers, and the work
+    source and directory its trainers use (the coordinator)."""
+
+    cfg: RunConfig
+    members: Roster
+
+
 class PeerFactory(Protocol):
     """How a backend starts and watches the peers and trainers of one coordinator."""
 
@@ -128,7 +143,7 @@ class PeerFactory(Protocol):
     def start_trainers(self, count: int) -> list[TrainerHandle]:
         """`count` trainers (not yet started) taking work from the coordinator."""
 
-    def bind(self, coordinator: Coordinator) -> None:
+    def bind(self, coordinator: Coordinated) -> None:
         """The coordinator this factory starts peers for (called once, before the first peer)."""
 
     def started(self) -> None:
