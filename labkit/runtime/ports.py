@@ -3,7 +3,9 @@
 - `PeerHandle`: one peer as seen by its callers — the transport endpoint. `call` sends a request
   and returns a future; the in-process `StagePeer` queues it for its own thread, the Dask
   `RemotePeer` sends it to an actor on another worker, and the unit tests' fake answers at once.
-- `PeerFactory`: where a backend starts peers (and trainers), and how it watches them.
+- `PeerFactory`: where a backend starts peers (and trainers), and how it watches them; it is
+  bound to the run it serves as a `Coordinated` (the run's config, its `Roster` of live peers,
+  and the work source and directory its trainers use), not to the coordinator's class.
 - `Directory`: announce / discover peers (the coordinator's registry in-process; the hivemind
   DHT on Dask). Trainers route over what a directory discovers.
 - `WorkSource`: what a trainer needs from whatever feeds it work (the coordinator in-process, a
