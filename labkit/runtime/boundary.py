@@ -113,7 +113,9 @@ def step_boundary(books: Books) -> Commit:
     broken = {name: v.why for name, v in verdicts.items() if v.action == "broken"}
     if broken:
         raise RuntimeError(f"accounting broke at step {books.step + 1}: {broken}")
-    commit.drop = {name: v.why for name, v in verdicts.items() if v.action == "drop" and v.reported}
+    for name, v in verdicts.items():
+        if v.action == "drop":  # a sum to clear; or no answer: evicted already, or credited but gone
+            (commit.drop if v.reported else commit.evict).setdefault(name, v.why)
     if commit.drop or commit.evict:
         return commit  # their credits are recomputed, then the boundary runs again
     commit.keep = [[p.name for p in stage_peers] for stage_peers in books.peers]

@@ -1,10 +1,10 @@
 """Who serves which stage: the registry of live peers and the verbs that change it.
 
-A part of the run's coordinator (whose lock, ledger and committed states it uses, as `Run` names
-them): peers join with a neighbour's state, crash or are evicted (their credited samples go back
-to the ledger), move between stages, and Algorithm 2 picks moves every `rebalance_period`
-seconds; a stage without a live peer pauses the run until one joins. The registry is the
-in-process directory trainers route over; on Dask the DHT mirrors it.
+A part of the run's coordinator (its lock, ledger and committed states, as `Run` names them):
+peers join with a neighbour's state, crash or are evicted (their credits go back to the ledger),
+move between stages, and Algorithm 2 picks moves every `rebalance_period` seconds; a stage without
+a live peer pauses the run until one joins. The registry is the in-process directory trainers
+route over; on Dask the DHT mirrors it.
 """
 
 from __future__ import annotations
@@ -257,10 +257,9 @@ class Membership:
 
     def drop_gradients(self, name: str, reason: str) -> None:
         """A peer holds gradients no credit will come for (the step boundary's verdict): it drops
-        every accumulated gradient (queued behind whatever reached it first) and the ledger
-        withdraws its credits, so those samples are recomputed. Its parameters are untouched, so
-        it serves on: evicting it could leave a stage with no peer. Evicted instead if it fails
-        to drop them."""
+        them all (queued behind whatever reached it first) and the ledger withdraws its credits,
+        to be recomputed. Its parameters are untouched, so it serves on (evicting it could leave a
+        stage with no peer); evicted instead if it fails to drop them."""
         with self.c.lock:
             peer = self.peers.get(name)
             if peer is None or self.c.closed:
@@ -275,16 +274,19 @@ class Membership:
                                        value=f"{name}: {reason}; {lost} samples to recompute"))
 
     def settle(self, evict: dict[str, str], drop: dict[str, str]) -> None:
-        """Carry out a step boundary's verdicts: evict the peers in `evict`, have those in `drop`
-        drop their gradients (name -> why, each)."""
+        """Carry out a step boundary's verdicts: evict the peers in `evict` (one already gone has
+        its credits withdrawn), have those in `drop` drop their gradients (name -> why, each)."""
         for name, why in evict.items():
-            self.evict(name, why)
+            if name in self.peers:
+                self.evict(name, why)
+            else:
+                self.c.ledger.peer_lost(name)
         for name, why in drop.items():
             self.drop_gradients(name, why)
 
     def stop_all(self, crash: bool) -> None:
-        """Crash every peer, or close each after its queued requests (the run is over). Reads a
-        copy of the registry: a boundary waiting on a slow peer may hold the lock."""
+        """Crash every peer, or close each after its queued requests (the run is over); from a copy
+        of the registry, without the lock (a boundary waiting on a slow peer may hold it)."""
         for p in list(self.peers.values()):
             if crash:
                 p.kill()

@@ -244,3 +244,20 @@ def test_a_joiner_starts_without_the_lock_and_enters_with_the_state_committed_me
     assert joined == ["s0p2"] and peers.admitted == ["s0p2"]
     assert peers.made["s0p2"].state_ == c.snapshots[0] and c.snapshots[0]["steps_taken"] == 1
     assert [e["peer"] for e in log.history("peer") if e["state"] == "joined"][-1] == "s0p2"
+
+
+def test_a_credit_to_a_peer_that_is_gone_is_withdrawn_at_the_boundary() -> None:
+    """The rule's verdict for a peer that reports nothing is drop, whether it failed to answer or
+    is no longer a member: its credits go back to the ledger and are recomputed, never summed."""
+    c, peers, log = _coordinator()
+    task, _ = c.next_task("t0")
+    c.finish("t0", task, {0: "s0p0", 1: "gone"}, loss=0.5)  # credited to a peer the run no longer has
+    peers.made["s0p0"].accumulate([1.0, 2.0], 2, task.key)
+    _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0"]})
+    commit = _boundary(c)
+    assert commit.evict == {"gone": "it reported no gradient sum"} and not commit.taken
+    assert "gone" not in c.ledger.samples(1) and not log.history("step")
+    _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0"]})
+    _boundary(c)
+    step, = log.history("step")
+    assert step["stage_samples"] == [8, 8]
