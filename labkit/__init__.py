@@ -5,7 +5,9 @@
 >>> run.wait()["val_loss_after"]  # doctest: +SKIP
 """
 
-from labkit.config import AtomConfig, ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig, TaskPoolConfig
+from labkit.config import ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig
+from labkit.executors.atom.config import AtomConfig
+from labkit.executors.taskpool.config import TaskPoolConfig
 
 __version__ = "0.1.0"
 __all__ = ["AtomConfig", "ConfigError", "DataConfig", "ModelConfig", "RunConfig", "RunHandle", "SyncConfig", "TaskPoolConfig", "launch"]

@@ -15,11 +15,12 @@ from labkit.config_checks import check as _check
 from labkit.config_checks import is_int as _is_int
 from labkit.config_checks import is_number as _is_number
 from labkit.config_checks import special_kind
-from labkit.executor_config import ATOM_DEVICES, EXECUTORS, AtomConfig, TaskPoolConfig, check_executor
+from labkit.executors.registry import SPECS
+from labkit.executors.spec import ExecutorSpec
 
-__all__ = ["ATOM_DEVICES", "BOUNDARIES", "DTYPES", "EXECUTORS", "INNER_STATES", "MODEL_SIZES", "OPTIMIZERS",
-           "POSITIONS", "SYNC_MODES", "WIRE_CODECS", "AtomConfig", "CompressionConfig", "ConfigError", "DataConfig",
-           "ModelConfig", "RunConfig", "SyncConfig", "TaskPoolConfig", "even_split"]
+__all__ = ["BOUNDARIES", "DTYPES", "INNER_STATES", "MODEL_SIZES", "OPTIMIZERS", "POSITIONS", "SYNC_MODES",
+           "WIRE_CODECS", "CompressionConfig", "ConfigError", "DataConfig", "ModelConfig", "RunConfig", "SyncConfig",
+           "even_split"]
 
 
 # name -> (layers, heads, hidden): the GPT-2 family of the DiLoCo-SWARM report plus `nano`,
@@ -93,6 +94,14 @@ class ModelConfig:
         pos = self.seq_len * d if self.positions == "learned" else 0
         blocks = self.block_params() * (1 if self.share_layers else self.n_layer)
         return blocks + v * d + pos + 2 * d + v * d
+
+    def stage_params(self, first: int, count: int) -> int:
+        """Parameters of the stage holding blocks first..first+count-1 (embeddings / head at the ends)."""
+        d, v = self.d_model, self.vocab_size
+        blocks = self.block_params() * (1 if self.share_layers else count)
+        head = (2 * d + v * d) if first + count == self.n_layer else 0
+        embed = (v * d + (self.seq_len * d if self.positions == "learned" else 0)) if first == 0 else 0
+        return blocks + head + embed
 
     def block_flops_per_token(self) -> float:
         """Training FLOPs of one block per token: 6·P_block plus attention scores 6·2·T·d (fwd+bwd)."""
@@ -205,10 +214,7 @@ class RunConfig:
     eval_batches: int = 4  # microbatches of validation data per evaluation
     seed: int = 0  # seeds parameters, data order and trainers
     threads: int = 1  # torch intra-op threads (process-wide), at most MAX_THREADS; peers already run in parallel; 0 = torch default
-    executor: str = "swarm"  # "swarm" (a pipeline of stages), "atom" (replicas swapping sub-models; stage fields
-    # unused) or "taskpool" (the task pool paper: servers and clients per stage, a task pool; peers are the clients)
-    atom: AtomConfig = field(default_factory=AtomConfig)  # the ATOM executor's replicas, budget and C
-    taskpool: TaskPoolConfig = field(default_factory=TaskPoolConfig)  # the task-pool executor's servers and deadlines
+    executor: Any = "swarm"  # the executor and its own config: one of labkit.executors (its name for its defaults)
     links: str | None = None  # a `labkit simulate` scenario file whose links every trainer-peer request crosses; None = direct
 
     def __post_init__(self) -> None:
@@ -268,12 +274,14 @@ class RunConfig:
                "an integer >= 0 and < 2^32 (it is mixed into torch's 64-bit seeds)")
         _check(_is_int(self.threads) and 0 <= self.threads <= MAX_THREADS, o, "threads", self.threads,
                f"an integer from 0 (torch's default) to {MAX_THREADS} (4 x this machine's {os.cpu_count()} CPUs, at least 64)")
-        _check(self.executor in EXECUTORS, o, "executor", self.executor, f"one of {list(EXECUTORS)}")
-        _check(isinstance(self.atom, AtomConfig), o, "atom", self.atom, "an AtomConfig")
-        _check(isinstance(self.taskpool, TaskPoolConfig), o, "taskpool", self.taskpool, "a TaskPoolConfig")
+        if isinstance(self.executor, str) and self.executor in SPECS:
+            object.__setattr__(self, "executor", SPECS[self.executor].config())
+        _check(any(isinstance(self.executor, s.config) for s in SPECS.values()), o, "executor", self.executor,
+               f"an executor's name, one of {list(SPECS)}, or its config ("
+               + ", ".join(f"{s.config.__name__}(...)" for s in SPECS.values()) + ")")
         _check(self.links is None or (isinstance(self.links, str) and self.links != ""), o, "links", self.links,
                "None or the path of a scenario file (regions, links, and where each stage's peers sit)")
-        check_executor(self)
+        self.executor.check_run(self)
         if self.layer_split is None:
             object.__setattr__(self, "layer_split", even_split(self.model.n_layer, self.stages))
 
@@ -281,6 +289,11 @@ class RunConfig:
     def peers_per_stage(self) -> tuple[int, ...]:
         """Initial peer count of every stage."""
         return self.peers if isinstance(self.peers, tuple) else (self.peers,) * self.stages
+
+    @property
+    def spec(self) -> ExecutorSpec:
+        """The spec of the executor this run uses (what the lab, the CLI and the backends ask)."""
+        return SPECS[self.executor.name]
 
     @property
     def microbatches_per_step(self) -> int:
@@ -297,7 +310,9 @@ class RunConfig:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, (ModelConfig, DataConfig, SyncConfig, CompressionConfig, AtomConfig, TaskPoolConfig)):
+            if f.name == "executor":
+                value = {"name": value.name, **{g.name: _plain(getattr(value, g.name)) for g in fields(value)}}
+            elif isinstance(value, (ModelConfig, DataConfig, SyncConfig, CompressionConfig)):
                 value = {g.name: getattr(value, g.name) for g in fields(value)}
             elif isinstance(value, tuple):
                 value = list(value)
@@ -306,10 +321,27 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
-        """Inverse of `to_dict`."""
-        nested = {"model": ModelConfig, "data": DataConfig, "compression": CompressionConfig, "sync": SyncConfig,
-                  "atom": AtomConfig, "taskpool": TaskPoolConfig}
+        """Inverse of `to_dict`; also reads the form earlier versions wrote (`"executor": "atom"` beside
+        an `"atom"` and a `"taskpool"` section)."""
+        data = dict(data)
+        executor = data.get("executor", "swarm")
+        if isinstance(executor, str):  # the earlier form: every executor's section present, the name apart
+            sections = {name: data.pop(name) for name in SPECS if isinstance(data.get(name), dict)}
+            executor = {"name": executor, **sections.get(executor, {})}
+        if isinstance(executor, dict):
+            executor = dict(executor)
+            name = executor.pop("name", None)
+            _check(name in SPECS, "RunConfig", "executor", name, f"one of {list(SPECS)}")
+            known = {f.name for f in fields(SPECS[name].config)}
+            data["executor"] = SPECS[name].config(**{k: tuple(v) if isinstance(v, list) else v
+                                                      for k, v in executor.items() if k in known})
+        nested = {"model": ModelConfig, "data": DataConfig, "compression": CompressionConfig, "sync": SyncConfig}
         return cls(**{k: nested[k](**v) if k in nested and isinstance(v, dict) else v for k, v in data.items()})
+
+
+def _plain(value: Any) -> Any:
+    """A config value in JSON's terms (tuples as lists)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def even_split(n_layer: int, stages: int) -> tuple[int, ...]:

@@ -1,7 +1,7 @@
 """The stage-partitionable transformer: `Stage` modules and the functions that cut the model.
 
-The torch-backed names are imported on first use, so `labkit.model.sizes` (pure parameter
-counts, used by `labkit.swarm.traffic`) stays importable without torch.
+The torch-backed names are imported on first use, so `labkit.model.memory` (a pure estimate)
+stays importable without torch.
 """
 
 from __future__ import annotations

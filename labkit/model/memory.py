@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.config import ConfigError, ModelConfig, RunConfig
-from labkit.model.sizes import stage_params
 
 BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}
 MiB = 1 << 20
@@ -59,7 +58,7 @@ def _replicas(cfg: RunConfig) -> list[tuple[int, int]]:
     first, out = 0, []
     for stage, count in enumerate(cfg.layer_split):
         held = peers[stage] + (1 if cfg.executor == "taskpool" else 0)
-        out.append((stage_params(model, first, count), held))
+        out.append((model.stage_params(first, count), held))
         first += count
     return out
 

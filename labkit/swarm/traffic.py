@@ -8,7 +8,6 @@ boundary layers, so a measured run checks the formula. Pure: no torch.
 from __future__ import annotations
 
 from labkit.config import ModelConfig, RunConfig
-from labkit.model.sizes import stage_params
 
 FLOAT_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}
 TOKEN_BYTES = 8  # token ids and targets travel as int64
@@ -41,5 +40,5 @@ def dp_bytes_per_step(cfg: RunConfig, model: ModelConfig | None = None) -> list[
     for count in cfg.layer_split:
         bounds.append((first, count))
         first += count
-    return [2 * stage_params(m, f, c) * FLOAT_BYTES[m.dtype] * p / every
+    return [2 * m.stage_params(f, c) * FLOAT_BYTES[m.dtype] * p / every
             for (f, c), p in zip(bounds, cfg.peers_per_stage)]
