@@ -32,6 +32,7 @@ Evaluate = Callable[[RunConfig, list[dict[str, Any]]], float]  # validation loss
 
 class Coordinator:
     """Ledger, membership and step boundary of one run; peers and trainers come from `factory`.
+
     states: every stage's committed state (step `step`); evaluate: their validation loss (None: none)."""
 
     def __init__(self, cfg: RunConfig, log: EventLog, factory: PeerFactory, states: list[dict[str, Any]], *,
