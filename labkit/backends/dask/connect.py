@@ -28,8 +28,8 @@ _HINT = "give the address `dask scheduler` prints, like tcp://10.0.0.5:8786"
 def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> tuple[Client, LocalCluster | None]:
     """A client of the cluster at `scheduler`, or of a new embedded `LocalCluster` of worker
     processes: as many as the executor's spec says its actors need (`ExecutorSpec.workers`) and
-    `SPARE_WORKERS` more, each in a process group of its own
-    (`DETACH`), so that a Ctrl-C stops the run instead of its workers."""
+    `SPARE_WORKERS` more, each in a process group of its own (`DETACH`), so that a Ctrl-C stops the
+    run instead of its workers."""
     if scheduler is None:
         workers = SPARE_WORKERS + cfg.spec.workers(cfg)
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
