@@ -112,7 +112,7 @@ class ActorFleet:
     actors a run placed on it; `lost` is the error a call on an actor whose worker left raises."""
 
     def __init__(self, cfg: RunConfig, scheduler: str | None, host: str, lost: type[Exception]) -> None:
-        self.cfg, self.lost = cfg, lost
+        self.lost = lost
         self.client, self.cluster = connect(scheduler, cfg, host)
         self.dashboard: str | None = self.client.dashboard_link
         self.run_id = uuid.uuid4().hex[:12]
