@@ -15,38 +15,17 @@ import itertools
 import math
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from labkit import events
 from labkit.config import RunConfig
 from labkit.data import WindowSampler
 from labkit.executors.pipeline.lanes import Attempt, Broken, Outcome
-from labkit.executors.pipeline.peers import StageHost, StagePort
+from labkit.executors.pipeline.peers import Peer, StageHost, kept
 from labkit.executors.pipeline.schedule import BACKWARD, bubble
 from labkit.model.partition import stage_bounds
 from labkit.runtime.core_run import fail_core
 from labkit.runtime.peer import PeerDied
-
-
-@dataclass
-class Peer:
-    """One peer of the pipeline: its place (stage, lane), its port, and whether it is alive."""
-
-    name: str
-    stage: int
-    lane: int
-    port: StagePort
-    delay: float = 0.0
-    alive: bool = True
-
-    def describe(self) -> dict[str, Any]:
-        return {"peer": self.name, "lane": self.lane, "queue": 0, "worker": self.port.worker, "delay": self.delay}
-
-
-def _kept(state: dict[str, Any]) -> dict[str, Any]:
-    """A peer's state as a checkpoint's stage keeps it: parameters and optimizer state."""
-    return {"params": state["params"], "optimizer": state["optimizer"]}
 
 
 class PipelineCore:
@@ -77,7 +56,7 @@ class PipelineCore:
                 for stage, lane in itertools.product(range(cfg.stages), range(self.lanes)):
                     self._join(stage, lane)
             # with an optimizer state even at step 0, so a recovery resets an optimizer that stepped
-            self.committed = [_kept(row[0].port.request("state")) for row in self.slots]
+            self.committed = [kept(row[0].port.request("state")) for row in self.slots]
         except BaseException:
             self.close()
             raise
@@ -155,7 +134,7 @@ class PipelineCore:
         """The parameters and optimizer state peer `name` holds now."""
         with self.cond:
             port = self._live(name).port
-        return _kept(port.request("state"))
+        return kept(port.request("state"))
 
     # -- the steps -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -228,7 +207,7 @@ class PipelineCore:
         for row, total in zip(attempt.grid, totals):
             for _, port in row:
                 port.request("optimizer_step", total, self.step)
-        return [_kept(row[0][1].request("state")) for row in attempt.grid], counted
+        return [kept(row[0][1].request("state")) for row in attempt.grid], counted
 
     def _recover(self) -> None:
         """A broken attempt: every live peer drops its stash and gradient sums, and goes back to the

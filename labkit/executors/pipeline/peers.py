@@ -9,6 +9,7 @@ load_state, ...) and waits for each; a request to a killed peer fails with `Peer
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from labkit.config import RunConfig
@@ -83,3 +84,23 @@ class LocalStages:
 
     def close(self) -> None:
         """Nothing to release (the core kills its peers)."""
+
+
+@dataclass
+class Peer:
+    """One peer of the pipeline: its place (stage, lane), its port, and whether it is alive."""
+
+    name: str
+    stage: int
+    lane: int
+    port: StagePort
+    delay: float = 0.0
+    alive: bool = True
+
+    def describe(self) -> dict[str, Any]:
+        return {"peer": self.name, "lane": self.lane, "queue": 0, "worker": self.port.worker, "delay": self.delay}
+
+
+def kept(state: dict[str, Any]) -> dict[str, Any]:
+    """A peer's state as a checkpoint's stage keeps it: parameters and optimizer state."""
+    return {"params": state["params"], "optimizer": state["optimizer"]}
