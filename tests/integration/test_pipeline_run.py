@@ -1,0 +1,134 @@
+"""The synchronous pipeline (executor='pipeline') in-process: it equals the single-process loop in
+float64 for every shape and both schedules; a killed peer stalls it until add_peer replaces it,
+and the step in progress is recomputed from its start (the run still equals the loop); what it
+cannot do is refused with one clear error.
+
+Tolerance: as in test_equivalence.py, the pipeline and the reference differ only in the order the
+global batch's microbatch gradients are added up (each lane sums its share, then the stage sums
+its lanes): ~1e-15 relative per step in float64; 1e-10 absolute holds over a few steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import labkit
+from labkit.config import ConfigError, ModelConfig, RunConfig, SyncConfig
+from labkit.data import WindowSampler, load_corpus
+from labkit.executors.pipeline.config import PipelineConfig
+from labkit.model import assemble
+from labkit.runtime.reference import reference_model, train_reference
+
+CFG = RunConfig(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=2, global_batch=16,
+                microbatch=4, steps=4, eval_every=0, eval_batches=2, executor="pipeline")
+
+
+def assert_equals_reference(run: labkit.RunHandle, cfg: RunConfig, steps: int | None = None) -> None:
+    """The run's committed parameters equal the single-process loop's to 1e-10, and every step's
+    gradient covered the global batch exactly once at every stage (nothing lost, nothing doubled)."""
+    got = assemble([s["params"] for s in run.snapshot().result().stages])
+    sampler = WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed)
+    reference, _ = train_reference(cfg, sampler, steps=steps)
+    want = reference.state_dict()
+    init = reference_model(cfg).state_dict()
+    assert max(float((want[k] - init[k]).abs().max()) for k in want) > 1e-3, "training must move the parameters"
+    worst = max(float((got[k] - v).abs().max()) for k, v in want.items())
+    assert worst <= 1e-10, f"max |pipeline - reference| = {worst:.3g}"
+    counted = [s["stage_samples"] for s in run.events.history("step")]
+    assert counted == [[cfg.global_batch] * cfg.stages] * len(counted), counted
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+@pytest.mark.parametrize(("stages", "peers"), [(1, 1), (2, 1), (2, 2)])
+def test_the_pipeline_equals_the_single_process_loop(stages: int, peers: int, schedule: str) -> None:
+    cfg = CFG.replace(stages=stages, peers=peers, executor=PipelineConfig(schedule=schedule))
+    run = labkit.launch(cfg)
+    summary = run.wait(timeout=240)
+    assert summary["status"] == "finished", summary
+    assert summary["executor"] == "pipeline"
+    assert_equals_reference(run, cfg)
+    hops = run.events.history("hop")
+    assert {h["peer"] for h in hops} == {f"s{s}p{p}" for s in range(stages) for p in range(peers)}
+    assert {h["trainer"] for h in hops} == {f"lane{p}" for p in range(peers)}
+    bubbles = [s["bubble"] for s in run.events.history("step")]
+    assert len(bubbles) == cfg.steps and all(0 <= b < 1 for b in bubbles), bubbles
+
+
+def test_a_killed_peer_stalls_the_pipeline_until_add_peer_and_nothing_is_lost_or_doubled(tmp_path: Path) -> None:
+    cfg = CFG.replace(steps=5)
+    run = labkit.launch(cfg, run_dir=tmp_path)
+    try:
+        run.wait_for(step=2, timeout=120)
+        run.set_peer_delay("s1p1", 30.0)  # it holds its next request: the kill lands mid-step
+        run.wait_for(event={"type": "hop", "peer": "s0p1"}, timeout=60)
+        run.kill_peer("s1p1")
+        paused = run.wait_for(event={"type": "run", "state": "paused"}, timeout=60)
+        assert "add_peer(1)" in paused["reason"], paused
+        state = run.state()
+        assert state["paused_stages"] == [1] and [p["peer"] for p in state["stages"][1]["peers"]] == ["s1p0"]
+        stalled_at = state["step"]
+        with pytest.raises(ValueError, match="stage 0 has a live peer in each of its 2 lanes"):
+            run.add_peer(0)
+        assert run.state()["step"] == stalled_at  # no step commits while a lane has no peer (checked below too)
+        assert run.add_peer(1) == "s1p2"
+        resumed = run.wait_for(event={"type": "run", "state": "resumed"}, timeout=60)
+        assert resumed["t"] > paused["t"]
+        summary = run.wait(timeout=240)
+    finally:
+        run.stop()
+    assert summary["status"] == "finished", summary
+    steps = run.events.history("step")
+    assert [s["step"] for s in steps] == list(range(1, cfg.steps + 1))
+    assert not [s for s in steps if paused["t"] < s["t"] < resumed["t"]], "no step commits while a lane has no peer"
+    assert_equals_reference(run, cfg)
+    assert {h["peer"] for h in run.events.history("hop") if h["t"] > resumed["t"]} >= {"s1p2"}
+
+
+def test_a_slow_peer_slows_every_lane_and_widens_the_bubble() -> None:
+    cfg = CFG.replace(steps=4, peers=1)
+    run = labkit.launch(cfg)
+    try:
+        run.wait_for(step=1, timeout=120)
+        run.set_peer_delay("s0p0", 0.1)
+        summary = run.wait(timeout=240)
+    finally:
+        run.stop()
+    assert summary["status"] == "finished", summary
+    slow = [h for h in run.events.history("hop") if h["peer"] == "s0p0" and h["seconds"] >= 0.1]
+    assert slow, "the delay holds the slow peer's requests"
+    last = run.events.history("step")[-1]
+    assert last["bubble"] > 0.3, last  # stage 1 waits on stage 0 most of the step
+    assert_equals_reference(run, cfg)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"stages": 2, "peers": (2, 1)}, "RunConfig.peers=\\(2, 1\\) is not allowed: one number, or the same number for every stage"),
+    ({"sync": SyncConfig(mode="diloco")}, "RunConfig.sync=.* is not allowed: SyncConfig\\(mode='allreduce'\\)"),
+    ({"delayed_updates": True}, "RunConfig.delayed_updates=True is not allowed: False with executor='pipeline'"),
+    ({"links": "scenario.json"}, "RunConfig.links='scenario.json' is not allowed: None with executor='pipeline'"),
+])
+def test_what_the_pipeline_cannot_do_is_refused_with_one_clear_error(changes: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        CFG.replace(**changes)
+
+
+def test_a_bad_schedule_and_the_fixed_wiring_verbs_are_refused() -> None:
+    with pytest.raises(ConfigError, match="PipelineConfig.schedule='zigzag' is not allowed: one of \\['1f1b', 'gpipe'\\]"):
+        PipelineConfig(schedule="zigzag")
+    run = labkit.launch(CFG.replace(steps=1000))
+    try:
+        run.wait_for(step=1, timeout=120)
+        for verb, args in [("move_peer", ("s0p0", 1)), ("rebalance", ()), ("set_sync", (SyncConfig(),)),
+                           ("set_compression", ("fp16",)), ("set_layer_split", ((3, 1),))]:
+            with pytest.raises(ValueError, match=f"{verb} is not available with executor='pipeline': "):
+                getattr(run, verb)(*args)
+        with pytest.raises(ValueError, match="peer='s9p9' is not allowed: one of the live peers"):
+            run.kill_peer("s9p9")
+        with pytest.raises(ValueError, match="every stage has a live peer in each of its 2 lanes"):
+            run.add_peer()
+        assert run.state()["status"] == "running"
+    finally:
+        run.stop()
+    assert run.wait(timeout=120)["status"] == "stopped"
