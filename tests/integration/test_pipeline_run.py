@@ -18,6 +18,8 @@ import labkit
 from labkit.config import ConfigError, ModelConfig, RunConfig, SyncConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.executors.pipeline.config import PipelineConfig
+from labkit.executors.pipeline.peers import LocalStage, LocalStages
+from labkit.executors.pipeline.run import launch as launch_pipeline
 from labkit.model import assemble
 from labkit.runtime.reference import reference_model, train_reference
 
@@ -132,3 +134,45 @@ def test_a_bad_schedule_and_the_fixed_wiring_verbs_are_refused() -> None:
     finally:
         run.stop()
     assert run.wait(timeout=120)["status"] == "stopped"
+
+
+def test_a_peer_killed_while_the_replicas_step_sends_every_peer_back_to_the_committed_state() -> None:
+    """s1p1 is killed at its first optimizer step of step 2, after s0p0, s0p1 and s1p0 have taken
+    theirs: they must go back to the committed state, or the recomputed step would be applied twice."""
+    run_of: list[labkit.RunHandle] = []
+
+    class KillAtItsStep:
+        """A real in-process peer that is killed (through the run's verb) when its optimizer step arrives."""
+
+        worker = "local"
+
+        def __init__(self, port: LocalStage) -> None:
+            self.port = port
+
+        def request(self, method: str, *args: object) -> object:
+            if method == "optimizer_step" and args[1] == 2 and run_of[0].state()["stages"][1]["peers"][-1]["peer"] == "s1p1":
+                run_of[0].kill_peer("s1p1")
+            return self.port.request(method, *args)
+
+        def set_delay(self, seconds: float) -> None:
+            self.port.set_delay(seconds)
+
+        def kill(self) -> None:
+            self.port.kill()
+
+    class Host(LocalStages):
+        def spawn(self, name: str, stage: int, state: dict) -> object:
+            port = super().spawn(name, stage, state)
+            return KillAtItsStep(port) if name == "s1p1" else port
+
+    run_of.append(launch_pipeline(CFG, hosts=Host))
+    run = run_of[0]
+    try:
+        paused = run.wait_for(event={"type": "run", "state": "paused"}, timeout=120)
+        assert run.state()["step"] == 2 and "s1p1" in paused["reason"]
+        run.add_peer(1)
+        summary = run.wait(timeout=240)
+    finally:
+        run.stop()
+    assert summary["status"] == "finished", summary
+    assert_equals_reference(run, CFG)

@@ -152,7 +152,7 @@ class PipelineCore:
                         self._diverge(loss)
                         return
                     states, counted = self._apply(attempt)
-                except Broken:
+                except (Broken, PeerDied):  # a peer died mid-attempt, or while the replicas stepped
                     self._recover()
                     continue
                 self._commit(outcome, loss, states, counted)
