@@ -41,13 +41,14 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from labkit.config import MODEL_SIZES, AtomConfig, DataConfig, ModelConfig, RunConfig
+from labkit import AtomConfig, DataConfig, ModelConfig, RunConfig
+from labkit.config import MODEL_SIZES
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import Stage
 from labkit.plan.atom_partition import partition
-from labkit.runtime.atom.profile import measure_profile
-from labkit.runtime.atom.engine import device_budget
-from labkit.runtime.atom.swap import SwapReplica, SwapSpan
+from labkit.executors.atom.profile import measure_profile
+from labkit.executors.atom.engine import device_budget
+from labkit.executors.atom.swap import SwapReplica, SwapSpan
 from labkit.runtime.reference import reference_model
 
 Batches = list[tuple[torch.Tensor, torch.Tensor]]
@@ -157,9 +158,9 @@ def main() -> None:
     whole = sum(layer.memory for layer in profile)
     atom = AtomConfig(budget_mb=args.budget_fraction * whole / 1e6, accumulation=c, device=args.device)
     try:
-        budget, for_submodels = device_budget(cfg.replace(atom=atom), profile)
+        budget, for_submodels = device_budget(cfg.replace(executor=atom), profile)
     except ValueError as exc:
-        least, _ = device_budget(cfg.replace(atom=replace(atom, budget_mb=None)), profile)
+        least, _ = device_budget(cfg.replace(executor=replace(atom, budget_mb=None)), profile)
         raise SystemExit(f"--budget-fraction {args.budget_fraction} of the model's {_mb(whole)} of parameters and "
                          f"gradients is infeasible: {exc}\nthe least budget, {_mb(least)}, is --budget-fraction "
                          f"{least / whole:.3f}") from exc

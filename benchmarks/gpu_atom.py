@@ -20,7 +20,7 @@ import torch
 
 import labkit
 from benchmarks.gpu_common import without_cuda, write
-from labkit.config import AtomConfig, DataConfig, ModelConfig, RunConfig
+from labkit import AtomConfig, DataConfig, ModelConfig, RunConfig
 
 
 def overlap(spans: list[dict]) -> dict[str, float]:
@@ -52,7 +52,7 @@ def measure(cfg: RunConfig) -> dict[str, object]:
     budget = partition["budget_bytes"]
     return {"status": summary["status"], "sizes": partition["sizes"], "budget_mb": budget / 1e6,
             "model_mb": partition["model_bytes"] / 1e6, "tokens_per_second": summary.get("tokens_per_second"),
-            "max_memory_allocated_mb": peak / 1e6, "peak_over_budgets": peak / (cfg.atom.replicas * budget),
+            "max_memory_allocated_mb": peak / 1e6, "peak_over_budgets": peak / (cfg.executor.replicas * budget),
             "loss_first": run.events.history("step")[0]["loss"], "loss_last": run.events.history("step")[-1]["loss"],
             **overlap(run.events.history("swap"))}
 
@@ -75,7 +75,7 @@ def main() -> None:
                     threads=4)
     rows = {}
     for name, budget_mb in (("swap", None), ("resident", whole_mb)):
-        row = measure(cfg.replace(atom=AtomConfig(replicas=args.replicas, accumulation=4, device="cuda",
+        row = measure(cfg.replace(executor=AtomConfig(replicas=args.replicas, accumulation=4, device="cuda",
                                                   budget_mb=budget_mb)))
         rows[name] = row
         print(f"atom {name}: status={row['status']} sizes={row['sizes']} budget={row['budget_mb']:.1f} MB "

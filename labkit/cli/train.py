@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from labkit.cli.args import int_in, new_run_dir, out_dir
 from labkit.cli.interrupts import Interrupts
-from labkit.config import (ATOM_DEVICES, EXECUTORS, INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES,
-                           AtomConfig, ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig, TaskPoolConfig)
+from labkit.cli.executor_flags import add_executor_flags, executor_from_args
+from labkit.config import (INNER_STATES, MODEL_SIZES, OPTIMIZERS, POSITIONS, SYNC_MODES, ConfigError, DataConfig,
+                           ModelConfig, RunConfig, SyncConfig)
 
 if TYPE_CHECKING:
     from labkit.runtime.handle import RunHandle
@@ -42,8 +43,7 @@ def _peers(text: str) -> int | tuple[int, ...]:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `train` sub-command and its flags."""
     defaults = RunConfig()
-    p = sub.add_parser("train", help="train a GPT with SWARM parallelism, ATOM's swapping replicas (--executor atom) "
-                                     "or the task pool paper's task pool (--executor taskpool)",
+    p = sub.add_parser("train", help="train a GPT with SWARM parallelism or another executor (--executor)",
                        description="Train a GPT with SWARM parallelism. With no flags: the nano model on the Python "
                                    "standard library's source, 2 stages x 2 peers, about a minute on 2 CPU cores.")
     p.add_argument("--size", choices=sorted(MODEL_SIZES), default="nano", help="model size (default nano)")
@@ -76,23 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-every", type=int, default=defaults.eval_every, help="steps between validation losses")
     p.add_argument("--activation-checkpointing", action="store_true", help="peers recompute activations in backward")
     p.add_argument("--seed", type=int, default=defaults.seed, help="seed of parameters and data order")
-    atom = defaults.atom
-    p.add_argument("--executor", choices=EXECUTORS, default=defaults.executor,
-                   help="swarm: a pipeline of stages; atom: ATOM's whole-model replicas swapping sub-models; "
-                        "taskpool: the task pool paper's servers and unreliable clients (the peers) per stage")
-    p.add_argument("--replicas", type=int, default=atom.replicas, help="atom: whole-model replicas")
-    p.add_argument("--budget-mb", type=float, default=atom.budget_mb,
-                   help="atom: device memory per replica in MB (default: the least that works, activations in flight included)")
-    p.add_argument("--accumulation", type=int, default=atom.accumulation,
-                   help="atom: C, microbatches run forward before backward")
-    p.add_argument("--device", choices=ATOM_DEVICES, default=atom.device, help="atom: where sub-models compute")
-    p.add_argument("--no-prefetch", action="store_true", help="atom: load each sub-model only when it is needed")
-    pool = defaults.taskpool
-    p.add_argument("--frontal", type=int, default=pool.frontal, help="taskpool: frontal servers per stage")
-    p.add_argument("--backward", type=int, default=pool.backward, help="taskpool: backward servers per stage")
-    p.add_argument("--slack", type=float, default=pool.slack,
-                   help="taskpool: a task is overdue after grace + slack x its expected compute time")
-    p.add_argument("--grace", type=float, default=pool.grace, help="taskpool: seconds added to every task's deadline")
+    add_executor_flags(p)
     p.add_argument("--threads", type=int, default=defaults.threads, help="torch threads (0: torch's default)")
     p.add_argument("--links", default=None, metavar="SCENARIO_JSON",
                    help="emulate a `labkit simulate` scenario's internet links between trainers and peers")
@@ -124,10 +108,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         seed=args.seed, threads=args.threads, rebalance_period=args.rebalance_period,
         sync=SyncConfig(mode=args.sync, inner_steps=args.inner_steps, outer_lr=args.outer_lr,
                         outer_momentum=args.outer_momentum, inner_state=args.inner_state),
-        executor=args.executor, links=args.links,
-        atom=AtomConfig(replicas=args.replicas, budget_mb=args.budget_mb, accumulation=args.accumulation,
-                        device=args.device, prefetch=not args.no_prefetch),
-        taskpool=TaskPoolConfig(frontal=args.frontal, backward=args.backward, slack=args.slack, grace=args.grace),
+        executor=executor_from_args(args), links=args.links,
     )
 
 
@@ -185,10 +166,7 @@ def _follow(args: argparse.Namespace, cfg: RunConfig, run: RunHandle, run_dir: P
     then print and write its summary and report; the exit code."""
     from tqdm import tqdm
 
-    shape = (f"ATOM, {cfg.atom.replicas} replicas on {cfg.atom.device}, C={cfg.atom.accumulation}"
-             if cfg.executor == "atom" else
-             f"{cfg.stages} stages x {list(cfg.peers_per_stage)} {'clients' if cfg.executor == 'taskpool' else 'peers'}, "
-             f"split {list(cfg.layer_split)}")
+    shape = cfg.spec.shape(cfg) + (f", split {list(cfg.layer_split)}" if cfg.spec.staged else "")
     print(f"labkit: {cfg.model.size} model ({cfg.model.num_params():,} parameters), {shape}, {cfg.steps} steps -> {run_dir}")
     events = run.events.subscribe()
     dashboard = run.dashboard()

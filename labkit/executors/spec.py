@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-BACKEND_NAMES = ("inprocess", "dask")  # where a run's core and workers can live
 
 
 @dataclass(frozen=True)
@@ -50,6 +49,9 @@ class ExecutorSpec:
     run_fields: tuple[str, ...] = ()  # the RunConfig fields it reads, as the lab's form names them ("stages", "sync.mode")
     staged: bool = True  # whether its workers serve stages (else each holds the whole model: no stage verbs)
     worker_word: str = "peers"  # what its workers are called in messages ("clients", "replicas")
+    notice: str = ""  # what the lab's status line says first about a run of it (the verbs it greys out)
+    server_roles: tuple[str, ...] = ()  # plan roles its config counts per stage (its fields); a plan's clients are its peers
+    whatif: bool = False  # whether the lab's what-if (scaling up the measured peers in the simulator) applies
     shape: Callable[[Any], str] = lambda run: ""  # a run's shape in a phrase ("2 stages x [2, 2] peers")
     workers: Callable[[Any], int] = lambda run: 0  # Dask workers its actors need (an embedded cluster starts these)
     held: Callable[[Any], list[tuple[int, int]]] = lambda run: []  # (parameters, copies) per stage held in memory

@@ -4,7 +4,7 @@ A chart is built and validated once (`CHARTS[name]()`); drawing new data only sw
 `datasets` (`with_data`), the cheap path LAB.md measured for live updates. The same specs render
 statically in reports (`figure`), so live, replayed and simulated runs look alike. The time axes of
 the SWARM charts carry the run's kills, joins, moves, splits, codec and sync changes as labelled
-rules. `chart_names` says which charts draw a run of each executor.
+rules. An executor's spec names the charts a run of it draws.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def taskpool_chart() -> alt.FacetChart:
                      clients.mark_line(interpolate="step-after", strokeWidth=3),
                      servers.mark_line(interpolate="step-after", strokeDash=[5, 3])).properties(
         width=WIDTH // 2, height=90).facet(
-        data=alt.Data(name="taskpool"), row=alt.Row("stage:N", title="stage"),
+        data=alt.Data(name="pool"), row=alt.Row("stage:N", title="stage"),
         column=alt.Column("panel:N", title=None, sort="descending"),
     ).transform_calculate(panel="datum.series == 'pool' ? 'samples in the pool' : 'servers and clients'").resolve_scale(
         y="independent").properties(title="Task pool: servers, clients and pooled work")
@@ -162,20 +162,9 @@ def taskpool_chart() -> alt.FacetChart:
 CHARTS: dict[str, Callable[[], alt.TopLevelMixin]] = {
     "routing": routing_chart, "loads": loads_chart, "timeline": timeline_chart,
     "throughput": throughput_chart, "loss": loss_chart, "traffic": traffic_chart, "swaps": swaps_chart,
-    "taskpool": taskpool_chart,
+    "pool": taskpool_chart,
 }
 WIDE = ("swaps",)  # charts drawn alone on their row of the live view
-# the charts of each executor (a SWARM run's and a simulation's: every chart no other executor owns)
-EXECUTOR_CHARTS = {"atom": ("swaps", "throughput", "loss"),  # replicas route no hops, queue nothing, send nothing
-                   "taskpool": ("taskpool", "routing", "timeline", "throughput", "loss")}  # clients queue nothing
-OWNED = ("swaps", "taskpool")  # charts only another executor draws
-
-
-def chart_names(executor: str) -> tuple[str, ...]:
-    """The charts a run of `executor` draws: an ATOM run's swap timeline, throughput and loss; a
-    task-pool run's servers, clients and pool, its clients' share of the slices (routing), their
-    timeline, throughput and loss; a SWARM run's (or a simulation's) every other chart."""
-    return EXECUTOR_CHARTS.get(executor, tuple(name for name in CHARTS if name not in OWNED))
 
 
 def with_data(skeleton: Spec, datasets: dict[str, list[dict[str, Any]]]) -> Spec:

@@ -24,10 +24,6 @@ from labkit.lab.peertable import CELL, COLUMNS, HEADERS, PeerRow, button, refuse
 from labkit.runtime.handle import RunHandle
 
 ERROR_COLOR, OK_COLOR = "#b00020", "#1b5e20"
-# what the status line says first about a run whose executor refuses some verbs
-REFUSING = {"atom": "ATOM run of whole-model replicas: the stage verbs are greyed out (their tooltips say why)",
-            "taskpool": "task-pool run: each stage's clients behind its servers; Kill, slow and Add peer work on "
-                        "clients, the other verbs are greyed out (their tooltips say why)"}
 
 
 def first_line(exc: BaseException) -> str:
@@ -72,9 +68,9 @@ class RunControls:
         self._codec_applied, self._sync_applied = cfg.compression.codec, cfg.sync  # what the run has now
         self.codec = ipywidgets.Dropdown(options=WIRE_CODECS, value=cfg.compression.codec, layout={"width": "7em"})
         self.codec.observe(lambda change: self._set_codec(change["new"]), names="value")
-        self.atom = cfg.executor == "atom"
-        if self.atom:
-            self.add_stage.options, self.add_stage.disabled = [("replicas", 0)], True
+        self.staged = cfg.spec.staged  # else every worker holds the whole model: no stage to pick
+        if not self.staged:
+            self.add_stage.options, self.add_stage.disabled = [(cfg.spec.worker_word, 0)], True
 
         self.sync_mode = ipywidgets.ToggleButtons(options=SYNC_MODES, value=cfg.sync.mode)
         # a label as wide as its text (the default 80 px label left "H" a box too narrow for "20")
@@ -101,11 +97,11 @@ class RunControls:
             line([self.checkpoint_path, self.checkpoint_button, self.dashboard]),
             self.status,
         ])
-        refused(cfg.executor, rebalance=[self.rebalance_button], set_layer_split=[*self.split, self.split_button],
+        refused(cfg.spec, rebalance=[self.rebalance_button], set_layer_split=[*self.split, self.split_button],
                 set_compression=[self.codec], set_sync=[self.sync_mode, self.inner_steps, self.outer_lr,
                                                         self.outer_momentum, self.sync_button])
-        if cfg.executor in REFUSING:
-            self._say(REFUSING[cfg.executor])
+        if cfg.spec.notice:
+            self._say(cfg.spec.notice)
         threading.Thread(target=self._find_dashboard, name="labkit-dashboard-link", daemon=True).start()
 
     # -- carrying out verbs ---------------------------------------------------------------------
@@ -143,7 +139,7 @@ class RunControls:
         return self._pending
 
     def _add(self, stage: int) -> None:
-        place = "the replicas" if self.atom else f"stage {stage}"
+        place = f"the {self.run.config.spec.worker_word}" if not self.staged else f"stage {stage}"
         self._submit("add_peer", lambda: self.run.add_peer(stage), lambda name: f"added {name} to {place}")
 
     def _kill(self, name: str) -> None:
@@ -231,7 +227,7 @@ class RunControls:
         """Show `state` (run.state()) and per-peer `totals`; rows are added or removed only when
         the live peers change, otherwise only label values are set."""
         live = {p["peer"]: (s["stage"], p) for s in state.get("stages", []) for p in s["peers"]}
-        if self.atom:  # replicas send no hops: what each served is its processed samples
+        if not self.staged:  # whole-model workers send no hops: what each served is its processed samples
             totals = {name: {"microbatches": p.get("samples", 0) // self.run.config.microbatch, "bytes": 0}
                       for name, (_, p) in live.items()}
         if live.keys() != self.rows.keys():
@@ -260,7 +256,7 @@ class RunControls:
         row.kill.on_click(lambda _: self._kill(name))
         row.slow.on_click(lambda _: self._slow(name, row.delay.value))
         row.move.on_click(lambda _: self._move(name, row.target.value))
-        refused(self.run.config.executor, set_peer_delay=[row.delay, row.slow], move_peer=[row.target, row.move])
+        refused(self.run.config.spec, set_peer_delay=[row.delay, row.slow], move_peer=[row.target, row.move])
         return row
 
     def close(self) -> None:

@@ -3,83 +3,77 @@
 Values are typed into text widgets and parsed here, so nothing is clamped or coerced silently: a
 value the configs refuse shows the config's own one-line error (`ConfigError`) beside its field, a
 value that does not parse shows one of the same style, and Launch stays disabled until none shows.
-Labels' tooltips are the `# ...` comments after each field in labkit/config.py. The executor
-choice greys out the fields only other executors read (they are still checked: the config holds them).
+Labels' tooltips are the `# ...` comments after each field of the configs. The fields come from
+labkit/config.py and from every registered executor's spec (its own config's fields, named
+"<executor>.<field>"); choosing an executor greys out the fields it does not read.
 """
 
 from __future__ import annotations
 
 import html
-import inspect
-import io
 import re
-import textwrap
-import tokenize
 from collections.abc import Callable
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any
 
 import ipywidgets
 
 from labkit import config as config_module
-from labkit.config import (ATOM_DEVICES, BOUNDARIES, EXECUTORS, MODEL_SIZES, SYNC_MODES, WIRE_CODECS, AtomConfig,
-                           CompressionConfig, ConfigError, ModelConfig, RunConfig, SyncConfig, TaskPoolConfig,
-                           even_split)
+from labkit.config import (BOUNDARIES, MODEL_SIZES, SYNC_MODES, WIRE_CODECS, CompressionConfig, ConfigError, ModelConfig,
+                           RunConfig, SyncConfig, even_split)
+from labkit.config_checks import field_comments
+from labkit.executors.registry import NAMES, SPECS
+from labkit.executors.spec import FormField
 from labkit.runtime.launch import backend_refusal
 
 BACKENDS = (("in-process", "inprocess"), ("embedded Dask cluster", "dask"), ("scheduler address", "scheduler"))
-SECTIONS = {"model": ModelConfig, "compression": CompressionConfig, "sync": SyncConfig,
-            "atom": AtomConfig, "taskpool": TaskPoolConfig}  # nested configs by path
+RUN_SECTIONS = {"model": ModelConfig, "compression": CompressionConfig, "sync": SyncConfig}  # nested run configs by path
+SECTIONS = {**RUN_SECTIONS, **{name: spec.config for name, spec in SPECS.items()}}  # and each executor's own config
 # how each typed field parses: name -> (parser, what is allowed when it does not parse)
 INT = (int, "an integer")
 FLOAT = (float, "a number")
+PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {  # an executor's form field, by kind (see FormField)
+    "int": INT, "float": FLOAT,
+    "optional_float": (lambda s: float(s) if s else None, "blank (the least that works) or a number"),
+    "ints": (lambda s: int(s) if "," not in s else tuple(int(p) for p in s.split(",")),
+             "an integer, or a comma list of integers (one per stage)"),
+}
+
+
+def _executor_fields() -> dict[str, FormField]:
+    """Every registered executor's form fields, by form key ("<executor>.<field>")."""
+    return {f"{name}.{f.name}": f for name, spec in SPECS.items() for f in spec.form}
+
+
+EXECUTOR_FIELDS = _executor_fields()
 KINDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "stages": INT, "trainers": INT, "global_batch": INT, "microbatch": INT, "steps": INT, "lr": FLOAT,
     "compression.factor": INT, "sync.inner_steps": INT, "sync.outer_lr": FLOAT, "sync.outer_momentum": FLOAT,
-    "rebalance_period": FLOAT, "atom.replicas": INT, "atom.accumulation": INT, "taskpool.frontal": INT,
-    "taskpool.backward": INT, "taskpool.slack": FLOAT, "taskpool.grace": FLOAT,
-    "atom.budget_mb": (lambda s: float(s) if s else None, "blank (the least budget that fits) or a number of MB"),
-    "peers": (lambda s: int(s) if "," not in s else tuple(int(p) for p in s.split(",")),
-              "an integer, or a comma list of integers (one per stage)"),
+    "rebalance_period": FLOAT,
+    "peers": PARSERS["ints"],
     "layer_split": (lambda s: tuple(int(p) for p in s.split(",")) if s else None,
                     "blank (as even as possible) or a comma list of integers (blocks per stage)"),
+    **{key: PARSERS[f.kind] for key, f in EXECUTOR_FIELDS.items() if f.kind != "choice"},
 }
-CHOICES = {"executor": EXECUTORS, "model.size": tuple(MODEL_SIZES), "compression.codec": WIRE_CODECS,
-           "compression.boundary": BOUNDARIES, "sync.mode": SYNC_MODES, "atom.device": ATOM_DEVICES,
-           "atom.prefetch": (True, False)}
+CHOICES = {"executor": NAMES, "model.size": tuple(MODEL_SIZES), "compression.codec": WIRE_CODECS,
+           "compression.boundary": BOUNDARIES, "sync.mode": SYNC_MODES,
+           **{key: f.choices for key, f in EXECUTOR_FIELDS.items() if f.kind == "choice"}}
 ORDER = ("executor", "model.size", "stages", "peers", "layer_split", "trainers", "global_batch", "microbatch", "steps",
          "lr", "compression.codec", "compression.boundary", "compression.factor", "sync.mode", "sync.inner_steps",
-         "sync.outer_lr", "sync.outer_momentum", "rebalance_period", "atom.replicas", "atom.budget_mb",
-         "atom.accumulation", "atom.device", "atom.prefetch", "taskpool.frontal", "taskpool.backward", "taskpool.slack",
-         "taskpool.grace")  # the config fields, as the form lists them
-# the fields only some executors read (by those executors): the form greys them out while another is chosen
-ONLY = {("swarm", "taskpool"): ("stages", "peers", "layer_split"),
-        ("swarm",): ("trainers", "compression.codec", "compression.boundary", "compression.factor", "sync.mode",
-                     "sync.inner_steps", "sync.outer_lr", "sync.outer_momentum", "rebalance_period"),
-        ("atom",): tuple(key for key in ORDER if key.startswith("atom.")),
-        ("taskpool",): tuple(key for key in ORDER if key.startswith("taskpool."))}
+         "sync.outer_lr", "sync.outer_momentum", "rebalance_period", *EXECUTOR_FIELDS)  # the fields, as the form lists them
+# the run fields some executor declares it reads (the others are read by every executor)
+DECLARED = {key for spec in SPECS.values() for key in spec.run_fields}
 # errors a config reports on a field the form does not show: the field they belong beside
 ALIASES = {"compression": "compression.factor", "delayed_updates": "sync.mode"}
 
 
-def field_comments(cls: type) -> dict[str, str]:
-    """The `# ...` comment after each dataclass field of `cls`, read from its source: the one
-    place a field's meaning is written, so labels never drift from the configs."""
-    names = {f.name for f in fields(cls)}
-    source = textwrap.dedent(inspect.getsource(cls))
-    comments: dict[str, str] = {}
-    line: list[tokenize.TokenInfo] = []
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.NEWLINE:
-            first, colon, last = (line[0], line[1], line[-1]) if len(line) > 2 else (None, None, None)
-            if first and first.string in names and colon.string == ":" and last.type == tokenize.COMMENT:
-                comments.setdefault(first.string, last.string.lstrip("#").strip())
-            line = []
-        elif tok.type == tokenize.NL and all(t.type == tokenize.COMMENT for t in line):
-            line = []  # a comment on a line of its own belongs to no field
-        elif tok.type not in (tokenize.NL, tokenize.INDENT, tokenize.DEDENT):
-            line.append(tok)
-    return comments
+def enabled(key: str, executor: str) -> bool:
+    """Whether a run of `executor` reads form field `key`: its own config's fields, the run fields its
+    spec declares, and the run fields no executor declares."""
+    section = key.split(".")[0]
+    if section in SPECS:
+        return section == executor
+    return key not in DECLARED or key in SPECS[executor].run_fields
 
 
 def _with_bounds(comment: str) -> str:
@@ -150,7 +144,12 @@ class LaunchForm:
         d = self._defaults
         if key == "layer_split" and d.layer_split == even_split(d.model.n_layer, d.stages):
             return None
+        if key == "executor":
+            return d.executor.name
         section, _, name = key.rpartition(".")
+        if section in SPECS:  # an executor's own field: the defaults' if it is that executor, else its config's default
+            own = d.executor if d.executor.name == section else SPECS[section].config()
+            return getattr(own, name)
         return getattr(getattr(d, section) if section else d, name)
 
     def _row(self, key: str) -> ipywidgets.Widget:
@@ -159,9 +158,12 @@ class LaunchForm:
 
     def _build(self) -> tuple[RunConfig | None, dict[str, ValueError]]:
         """The config the form describes, or the errors found (by field; "" for unshown ones)."""
-        values: dict[str, Any] = {key: self.fields[key].value for key in CHOICES}
+        executor = self.fields["executor"].value
+        values: dict[str, Any] = {key: self.fields[key].value for key in CHOICES if enabled(key, executor)}
         errors: dict[str, ValueError] = {}
         for key, (parse, allowed) in KINDS.items():
+            if not enabled(key, executor) and key.split(".")[0] in SPECS:
+                continue  # another executor's field: this run has no such config
             text = self.fields[key].value.strip()
             try:
                 values[key] = parse(text)
@@ -172,12 +174,15 @@ class LaunchForm:
         if errors:
             return None, errors
         changes: dict[str, Any] = {key: value for key, value in values.items() if "." not in key}
-        for path in SECTIONS:
+        own = self._defaults.executor if self._defaults.executor.name == executor else SPECS[executor].config()
+        for path, base in [*((p, getattr(self._defaults, p)) for p in RUN_SECTIONS), (executor, own)]:
             try:
-                changes[path] = replace(getattr(self._defaults, path), **{key.split(".")[1]: value for key, value
-                                                                          in values.items() if key.startswith(path + ".")})
+                built = replace(base, **{key.split(".")[1]: value for key, value in values.items()
+                                         if key.startswith(path + ".")})
             except ConfigError as exc:
                 errors[_error_key(exc)] = exc
+                continue
+            changes["executor" if path == executor else path] = built
         if errors:
             return None, errors
         try:
@@ -190,9 +195,8 @@ class LaunchForm:
     def _validate(self, _change: Any = None) -> None:
         """Re-validate every field; show each error beside its field; Launch only when none."""
         self.fields["scheduler"].disabled = self.fields["backend"].value != "scheduler"
-        for executors, keys in ONLY.items():
-            for key in keys:
-                self.fields[key].disabled = self.fields["executor"].value not in executors
+        for key in ORDER:
+            self.fields[key].disabled = not enabled(key, self.fields["executor"].value)
         _, errors = self._build()
         for key, shown in self.errors.items():
             shown.value = html.escape(str(errors[key]), quote=False) if key in errors else ""

@@ -18,7 +18,7 @@ from typing import Any
 import altair as alt
 
 from labkit.events import Event
-from labkit.lab.charts import CHARTS, WIDE, Spec, chart_names, with_data
+from labkit.lab.charts import CHARTS, WIDE, Spec, with_data
 from labkit.lab.rows import Rows, Windows, rows_of_run
 from labkit.runtime.handle import RunHandle
 
@@ -27,7 +27,7 @@ Tick = Callable[[Rows], None]
 
 
 class LiveView:
-    """The lab charts of `run`'s executor (`chart_names`), refreshed `hz` times a second until
+    """The lab charts of `run`'s executor (its spec's `charts`), refreshed `hz` times a second until
     the run ends or `close()`.
 
     >>> view = LiveView(run); view.widget()   # doctest: +SKIP   (routing, loads, timeline, ...)
@@ -43,7 +43,7 @@ class LiveView:
         self.run, self._period, self.on_tick = run, 1.0 / hz, list(on_tick)
         self._queue: queue.Queue[Event] = run.events.subscribe()
         self.rows = Rows.for_config(run.config, windows).extend(run.events.history())
-        self.charts = Charts(chart_names(run.config.executor))
+        self.charts = Charts(run.config.spec.charts)
         self._stop = threading.Event()
         self.refresh()
         self._thread = threading.Thread(target=self._loop, name="labkit-live-view", daemon=True)
@@ -169,7 +169,7 @@ def skeletons() -> dict[str, Spec]:
 def charts_of(rows: Rows) -> Charts:
     """The lab's charts of the rows' executor drawn once from folded rows (a simulation's, a
     finished run's)."""
-    charts = Charts(chart_names(rows.executor))
+    charts = Charts(rows.charts)
     charts.draw(rows)
     return charts
 

@@ -62,9 +62,7 @@ class Lab:
         import labkit
 
         self.form.launch_button.disabled = True
-        shape = (f"an ATOM run of {config.atom.replicas} replicas" if config.executor == "atom"
-                 else f"a {config.stages}-stage {'task-pool ' if config.executor == 'taskpool' else ''}run")
-        self.status.value = f"launching {shape} ({options.get('backend', 'inprocess')})…"
+        self.status.value = f"launching {config.spec.name}: {config.spec.shape(config)} ({options.get('backend', 'inprocess')})…"
         self.launching = in_background(lambda: labkit.launch(config, **options), name="labkit-lab-launch")
         self.launching.add_done_callback(self._launched)
 
@@ -77,7 +75,7 @@ class Lab:
 
     def attach(self, run: RunHandle) -> None:
         """Drive `run`: its controls, live charts and what-if replace the form. The what-if scales
-        up the live swarm's measured peers, so an ATOM run (no stages, no hops) goes without it."""
+        up the live swarm's measured peers, so only an executor whose spec says it applies gets it."""
         self.run = run
         self.controls = RunControls(run)
         state_clock = _Every(STATE_PERIOD)
@@ -92,7 +90,7 @@ class Lab:
 
         self.view = LiveView(run, hz=self._hz, windows=self._windows, on_tick=[tick])  # first: it turns on the offline charts
         parts = [self.controls.widget, self.view.widget()]
-        if run.config.executor == "swarm":
+        if run.config.spec.whatif:
             self.whatif = WhatIfPanel(run)
             parts.append(self.whatif.widget())
         self.body.children = parts

@@ -6,18 +6,15 @@ Kept apart from `RunControls`, which wires these widgets to the run's verbs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import ipywidgets
 
-from labkit.runtime.atom.run import WHY_NOT as ATOM_WHY_NOT
-from labkit.runtime.taskpool.run import WHY_NOT as TASKPOOL_WHY_NOT
+from labkit.executors.spec import ExecutorSpec
 
 COLUMNS = ("peer", "stage", "state", "queue", "tokens/s", "microbatches", "bytes")
 HEADERS = {"microbatches": "served"}  # short headers where the column's name is wider than its cell
 CELL = {"width": "5.6em", "flex": "0 0 auto"}  # fixed: a squeezed row would cut its buttons short
-WHY_NOT: dict[str, Mapping[str, str]] = {"atom": ATOM_WHY_NOT, "taskpool": TASKPOOL_WHY_NOT}  # by executor: verb -> why not
 
 
 def human_bytes(n: float) -> str:
@@ -37,14 +34,13 @@ def button(description: str, style: str = "") -> ipywidgets.Button:
     return ipywidgets.Button(description=description, button_style=style, layout={"width": "auto", "flex": "0 0 auto"})
 
 
-def refused(executor: str, **widgets: list[ipywidgets.Widget]) -> None:
-    """Grey out the widgets (by verb) of the verbs a run of `executor` refuses, each tooltip the
+def refused(spec: ExecutorSpec, **widgets: list[ipywidgets.Widget]) -> None:
+    """Grey out the widgets (by verb) of the verbs the executor of `spec` refuses, each tooltip the
     handle's reason; the verbs it accepts keep their widgets."""
-    why_not = WHY_NOT.get(executor, {})
     for verb, group in widgets.items():
-        if verb in why_not:
+        if why := spec.refused.get(verb):
             for widget in group:
-                widget.disabled, widget.tooltip = True, f"not with executor={executor!r}: {why_not[verb]}"
+                widget.disabled, widget.tooltip = True, f"not with executor={spec.name!r}: {why}"
 
 
 class PeerRow:

@@ -1,10 +1,10 @@
 """A task-pool run's servers, clients and pooled work per stage, folded from its events for the
-lab's 'taskpool' chart (the task pool paper's executor, labkit.runtime.taskpool).
+lab's 'pool' chart (the task pool paper's executor, labkit.executors.taskpool).
 
-Servers are reliable and fixed by the config (`TaskPoolConfig.frontal` + `backward` per stage);
+Servers are reliable and fixed by the config (`servers(stage)`: its frontal + backward servers);
 clients come and go with `peer` events (killed, overdue, joined, rejoined); the pool is what the
 pass's lost clients handed to it, in samples: a kill adds the samples its `peer` event says it
-pooled, and at the pass's end the servers' counters (the `setting` event named "taskpool") give
+pooled, and at the pass's end the servers' counters (the `setting` event named "pool") give
 the pass's exact total, overdue clients' work included; the next pass starts with an empty pool
 (a pass closes only once its pool has drained).
 """
@@ -12,9 +12,9 @@ the pass's exact total, overdue clients' work included; the next pass starts wit
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-from labkit.config import TaskPoolConfig
 from labkit.events import Event
 
 Row = dict[str, Any]
@@ -23,8 +23,8 @@ Row = dict[str, Any]
 class PoolRows:
     """`peer(e)` and `setting(e)` as events arrive; `rows()`: one row per change, at most `cap`."""
 
-    def __init__(self, taskpool: TaskPoolConfig = TaskPoolConfig(), cap: int = 1_000) -> None:
-        self.taskpool = taskpool
+    def __init__(self, servers: Callable[[int], int] | None = None, cap: int = 1_000) -> None:
+        self.servers = servers or (lambda stage: 2)  # a stage's servers, frontal and backward (default: one of each)
         self._rows: deque[Row] = deque(maxlen=cap)
         self._clients: dict[int, set[str]] = {}  # per stage: its live clients
         self._pooled: dict[int, int] = {}  # per stage: samples handed to the pool this pass
@@ -52,7 +52,7 @@ class PoolRows:
         self._add(e["t"], stage, {"what": "next pass"})
 
     def _add(self, t: float, stage: int, about: Row) -> None:
-        counts = {"servers": sum(self.taskpool.servers(stage)), "clients": len(self._clients.get(stage, ())), "pool": self._pooled.get(stage, 0)}
+        counts = {"servers": self.servers(stage), "clients": len(self._clients.get(stage, ())), "pool": self._pooled.get(stage, 0)}
         for series, value in counts.items():
             self._rows.append({"t": t, "stage": stage, "series": series, "value": value, **about})
 

@@ -16,7 +16,7 @@ from typing import Any
 import vl_convert
 
 from labkit.jsonfile import read_json
-from labkit.lab.charts import CHARTS, Spec, chart_names, with_data
+from labkit.lab.charts import CHARTS, Spec, with_data
 from labkit.lab.rows import rows_of_run
 from labkit.runtime.files import SIM_SERIES
 
@@ -28,7 +28,7 @@ def write_report(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     rows = rows_of_run(run_dir)
     data = rows.datasets()
-    pictures = [(name, with_data(CHARTS[name]().to_dict(), data)) for name in chart_names(rows.executor) if data[name]]
+    pictures = [(name, with_data(CHARTS[name]().to_dict(), data)) for name in rows.charts if data[name]]
     series = run_dir / SIM_SERIES
     if series.exists():
         pictures.insert(0, ("simulated throughput", _sim_throughput(_series(series))))

@@ -10,24 +10,24 @@ run arrive in time order up to the few milliseconds between threads).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labkit.config import RunConfig, TaskPoolConfig
+from labkit.config import RunConfig
+from labkit.executors.registry import DEFAULT, SPECS
 from labkit.events import Event
 from labkit.lab.poolrows import PoolRows
 from labkit.lab.rundir import event_error, read_run
 
 Row = dict[str, Any]
-DATASETS = ("routing", "loads", "timeline", "throughput", "loss", "traffic", "marks", "recent_marks", "swaps",
-            "taskpool")
+DATASETS = ("routing", "loads", "timeline", "throughput", "loss", "traffic", "marks", "recent_marks", "swaps", "pool")
 MARKED_PEER_STATES = {"killed": "kill", "moved": "move", "banned": "ban"}
 # the datasets an event of each type may change (time moving on changes the windowed ones)
 TOUCHES = {"hop": ("routing", "timeline", "traffic"), "step": ("throughput", "loss"), "eval": ("loss",),
-           "load": ("loads",), "peer": ("loads", "marks", "recent_marks", "taskpool"),
-           "setting": ("marks", "recent_marks", "taskpool"),
+           "load": ("loads",), "peer": ("loads", "marks", "recent_marks", "pool"),
+           "setting": ("marks", "recent_marks", "pool"),
            "sync": ("traffic",), "run": ("marks", "recent_marks"), "swap": ("swaps",)}
 WINDOWED = ("routing", "timeline", "recent_marks", "swaps")
 MARKED_SETTINGS = ("layer_split", "codec", "sync")
@@ -47,9 +47,10 @@ class Rows:
     """Folds events into chart rows: `add(event)` as they arrive, `datasets()` when drawing."""
 
     def __init__(self, codec: str = "fp32", tokens_per_microbatch: int = 0, windows: Windows = Windows(),
-                 executor: str = "swarm", microbatch: int = 1, taskpool: TaskPoolConfig = TaskPoolConfig()) -> None:
+                 charts: tuple[str, ...] = SPECS[DEFAULT].charts, microbatch: int = 1,
+                 servers: Callable[[int], int] | None = None) -> None:
         self.w = windows
-        self.executor = executor  # which charts draw these rows (labkit.lab.charts.chart_names)
+        self.charts = charts  # the charts that draw these rows: the run's executor's (a simulation draws SWARM's)
         self.tokens_per_microbatch = tokens_per_microbatch  # for peers' tokens/s (0: unknown)
         self.microbatch = microbatch  # samples per microbatch: a task-pool hop counts its slice's share of one
         self.versions = dict.fromkeys(DATASETS, 0)  # per dataset: a chart redraws only what moved
@@ -70,13 +71,15 @@ class Rows:
         self._swaps: dict[str, deque[Row]] = {}  # per ATOM replica: its turns, oldest first
         self._iteration: dict[str, int] = {}  # per replica: the iteration its latest turn belongs to
         self._loaded: dict[tuple[str, int], float] = {}  # (replica, sub-model): when its device copy started loading
-        self.pool = PoolRows(taskpool, windows.history_rows)  # a task-pool run's servers, clients and pool
+        self.pool = PoolRows(servers, windows.history_rows)  # a task-pool run's servers, clients and pool
 
     @classmethod
     def for_config(cls, cfg: RunConfig, windows: Windows = Windows()) -> Rows:
-        """Rows of a run of `cfg`: its starting codec, tokens per microbatch, executor and task pool."""
-        return cls(cfg.compression.codec, cfg.microbatch * cfg.model.seq_len, windows, cfg.executor, cfg.microbatch,
-                   cfg.taskpool)
+        """Rows of a run of `cfg`: its starting codec, tokens per microbatch, its executor's charts, and
+        (for an executor drawing the pool chart) each stage's servers as its config counts them."""
+        servers = (lambda stage: sum(cfg.executor.servers(stage))) if "pool" in cfg.spec.charts else None
+        return cls(cfg.compression.codec, cfg.microbatch * cfg.model.seq_len, windows, cfg.spec.charts, cfg.microbatch,
+                   servers)
 
     def extend(self, events: Iterable[Event]) -> Rows:
         for e in events:
@@ -134,7 +137,7 @@ class Rows:
         p["state"] = e["state"]
         p["stage"] = e["stage"]
         self._loads.append({"t": e["t"], "peer": e["peer"], "stage": e["stage"], "queue": e["queue"]})
-        if self.executor == "taskpool":
+        if "pool" in self.charts:
             self.pool.peer(e)
         what = MARKED_PEER_STATES.get(e["state"]) or ("join" if e["state"] == "joined" and self.started else None)
         if what:
@@ -143,7 +146,7 @@ class Rows:
     def _setting(self, e: Event) -> None:
         if e["name"] == "codec":
             self.codec = e["value"]
-        if e["name"] == "taskpool":
+        if e["name"] == "pool":
             self.pool.setting(e)
         if e["name"] in MARKED_SETTINGS:
             self._marks.append({"t": e["t"], "what": f"{e['name']} {e['value']}"})
@@ -240,7 +243,7 @@ class Rows:
         if name not in DATASETS:
             raise KeyError(f"no dataset {name!r}: one of {list(DATASETS)}")
         return {"routing": self.routing, "traffic": self.traffic, "recent_marks": self.recent_marks,
-                "swaps": self.swaps, "taskpool": self.pool.rows}.get(
+                "swaps": self.swaps, "pool": self.pool.rows}.get(
             name, lambda: list(getattr(self, f"_{name}")))()
 
     def datasets(self) -> dict[str, list[Row]]:

@@ -48,21 +48,6 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def _replicas(cfg: RunConfig) -> list[tuple[int, int]]:
-    """(parameters, replicas held) per stage: a SWARM stage's peers, a task-pool stage's clients and
-    servers (the servers shard one master copy between them), or ATOM's whole-model replicas."""
-    model = cfg.model
-    if cfg.executor == "atom":
-        return [(model.num_params(), cfg.atom.replicas)]
-    peers = cfg.peers if isinstance(cfg.peers, tuple) else (cfg.peers,) * cfg.stages
-    first, out = 0, []
-    for stage, count in enumerate(cfg.layer_split):
-        held = peers[stage] + (1 if cfg.executor == "taskpool" else 0)
-        out.append((model.stage_params(first, count), held))
-        first += count
-    return out
-
-
 def _copies(cfg: RunConfig) -> int:
     """Copies of a replica's parameters: itself, accumulated and transient gradients, optimizer
     state, shadow or DiLoCo copies, and one snapshot."""
@@ -77,12 +62,9 @@ def _activations(cfg: RunConfig, width: int) -> int:
     tokens = cfg.microbatch * model.seq_len
     per_block = SAVED_PER_TOKEN * model.d_model + (2 * model.n_head * model.seq_len if model.dtype == "float64" else 0)
     whole = tokens * per_block * model.n_layer  # one microbatch through every block
-    stages = 1 if cfg.executor == "atom" else cfg.stages
+    stages = cfg.stages if cfg.spec.staged else 1
     stashed = tokens * model.d_model * stages if cfg.activation_checkpointing else whole
-    if cfg.executor == "atom":
-        flight = cfg.atom.replicas * cfg.atom.accumulation
-    else:
-        flight = cfg.trainers * cfg.inflight
+    flight = cfg.spec.in_flight(cfg)
     computing = width * tokens * per_block * max(cfg.layer_split or (model.n_layer,))
     logits = width * tokens * model.vocab_size * LOGITS_COPIES
     return (flight * stashed + computing + logits) * BYTES[model.dtype]
@@ -90,7 +72,7 @@ def _activations(cfg: RunConfig, width: int) -> int:
 
 def estimate_memory(cfg: RunConfig) -> MemoryEstimate:
     """The peak bytes of `cfg` run in one process (the in-process backend: every peer here)."""
-    held = _replicas(cfg)
+    held = cfg.spec.held(cfg)  # (parameters, replicas held) per stage, as the executor keeps them
     weights = sum(params * count for params, count in held) * _copies(cfg) * BYTES[cfg.model.dtype]
     width = sum(count for _, count in held)  # replicas that may compute at the same moment
     corpus = 2 * cfg.data.max_bytes  # the bytes read and the arrays cut from them

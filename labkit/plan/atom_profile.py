@@ -1,7 +1,7 @@
 """What ATOM's partition search (the ATOM paper, Algorithm 1) and its simulator know of a model: a cost
 per layer, in the order the layers run.
 
-A profile is measured on the device in use (`labkit.runtime.atom.profile`) or derived from a
+A profile is measured on the device in use (`labkit.executors.atom.profile`) or derived from a
 model shape and a device preset (`labkit.sim.atom`); both give the same `LayerCost` rows, so the
 search and the simulator price a real profile and an analytic one the same way. Pure: no torch.
 """

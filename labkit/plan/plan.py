@@ -129,28 +129,28 @@ class Plan:
 
     def run_config(self, base: RunConfig, *, max_peers_per_stage: int | None = None) -> RunConfig:
         """A run that follows this plan: its stage count, one peer per planned device (at most
-        `max_peers_per_stage`), and its layer split rescaled to `base.model`'s depth. With
-        executor='taskpool' the plan's roles say it: its clients are the peers, and each stage
-        has the plan's frontal and backward servers.
+        `max_peers_per_stage`), and its layer split rescaled to `base.model`'s depth. For an executor
+        with servers (its spec's `server_roles`, the task pool's) the plan's roles say it: its clients
+        are the peers, and each stage has the plan's servers of each role.
 
         >>> plan.run_config(RunConfig()).layer_split  # doctest: +SKIP
         (2, 2)
         """
         split = rescale_split(self.layer_split, base.model.n_layer)
-        if base.executor != "taskpool":
+        servers = base.spec.server_roles
+        if not servers:
             return base.replace(stages=len(self.stages), peers=self._capped([s.devices for s in self.stages],
                                                                              max_peers_per_stage), layer_split=split)
-        roles = {role: [s.with_role(role) for s in self.stages] for role in ("frontal", "backward", "client")}
+        roles = {role: [s.with_role(role) for s in self.stages] for role in (*servers, "client")}
         for role, per_stage in roles.items():
             empty = [k for k, devices in enumerate(per_stage) if not devices]
             if empty:
                 raise ConfigError("Plan", "roles", f"no {role} device in stage {empty[0]}",
-                                  "a plan whose every stage has frontal, backward and client devices for "
-                                  "executor='taskpool' (the clustering planner's: labkit plan --method cluster)")
-        taskpool = replace(base.taskpool, frontal=tuple(map(len, roles["frontal"])),
-                           backward=tuple(map(len, roles["backward"])))
+                                  f"a plan whose every stage has {', '.join(roles)} devices for executor="
+                                  f"{base.spec.name!r} (the clustering planner's: labkit plan --method cluster)")
+        executor = replace(base.executor, **{role: tuple(map(len, roles[role])) for role in servers})
         return base.replace(stages=len(self.stages), peers=self._capped(roles["client"], max_peers_per_stage),
-                            layer_split=split, taskpool=taskpool)
+                            layer_split=split, executor=executor)
 
     @staticmethod
     def _capped(devices: Sequence[Sequence[str]], cap: int | None) -> tuple[int, ...]:

@@ -17,7 +17,6 @@ from labkit import events
 from labkit.config import RunConfig, SyncConfig
 from labkit.model.partition import stage_bounds
 from labkit.runtime.boundary import step_boundary
-from labkit.runtime.eventlog import EventLog
 from labkit.runtime.membership import Membership
 from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
 from labkit.swarm.ledger import StepLedger, Task
@@ -36,9 +35,9 @@ class Coordinator:
     states: every stage's committed state (step `step`); evaluate: the validation loss of
     committed states (None: no evaluation)."""
 
-    def __init__(self, cfg: RunConfig, log: EventLog, factory: PeerFactory, states: list[dict[str, Any]], *,
-                 step: int = 0, evaluate: Evaluate | None = None) -> None:
-        self.cfg, self.log, self.factory, self.evaluator = cfg, log, factory, evaluate
+    def __init__(self, cfg: RunConfig, emit: Callable[[events.Event], None], factory: PeerFactory,
+                 states: list[dict[str, Any]], *, step: int = 0, evaluate: Evaluate | None = None) -> None:
+        self.cfg, self.emit, self.factory, self.evaluator = cfg, emit, factory, evaluate
         self.clock = factory.clock
         self.codec = cfg.compression.codec  # wire codec of activations and their gradients; switchable
         get_codec(self.codec)  # an unavailable codec fails here, with its name, before any peer starts
@@ -74,15 +73,10 @@ class Coordinator:
         self._boundary = threading.Thread(target=self._boundary_loop, name="labkit-boundary", daemon=True)
 
     # -- life cycle ----------------------------------------------------------------------------
-    def emit(self, event: events.Event) -> None:
-        self.log.emit(event)
-
-    def start(self, description: str = "") -> None:
-        """Wait for the first peers to serve, evaluate the start, then start trainers and the boundary."""
+    def start(self) -> None:
+        """Wait for the first peers to serve, then start trainers and the boundary."""
         self.factory.started()
         self.running = True
-        self.emit(events.run(self.clock(), state="started", reason=description))
-        self.evaluate()
         with self.lock:
             self._record_state()  # a state() that times out on the lock has the peers, not an empty "starting"
         for trainer in self.trainers:

@@ -13,9 +13,9 @@ A run starts in the background and hands you this object at once::
     summary = run.wait()                    # the end-of-run summary
 
 Every verb returns promptly (`wait`, `wait_for` and a future's `result` block only when you ask).
-Backends differ only in where peers run (threads here, Dask workers elsewhere); each implements
-`_verb` (forward one steering verb), `snapshot` and `state`, and inherits the rest, so a verb is
-written once, here, with its argument checks.
+Every executor on every backend runs behind one shell (`labkit/runtime/run.py`), which gives a
+verb its run's core (`_live_core`): a verb is written once, here, with its argument checks, as a
+typed call on the core.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from labkit.runtime.eventlog import EventLog
 from labkit.runtime.files import claim, write_json
 from labkit.runtime.totals import RunTotals
 
-# The steering verbs every backend forwards to its coordinator (the rest are served by the handle).
+# The steering verbs, which an executor's spec may refuse (the rest are served by the handle).
 STEERING_VERBS = ("stop", "kill_peer", "add_peer", "move_peer", "rebalance", "set_layer_split", "set_peer_delay",
                   "peer_state", "set_compression", "set_sync")
 EventMatch = str | Mapping[str, Any] | Callable[[Event], bool]
@@ -145,10 +145,15 @@ class RunHandle(ABC):
         self._thread.start()
         _LIVE.add(self)
 
-    # -- what a backend provides -------------------------------------------------------------
+    # -- what the shell provides --------------------------------------------------------------
     @abstractmethod
-    def _verb(self, name: str, *args: Any) -> Any:
-        """Carry out steering verb `name` (one of STEERING_VERBS) on the run's coordinator."""
+    def _live_core(self, verb: str) -> Any:
+        """The run's core (a `labkit.runtime.core.RunCore`) for steering verb `verb`; raises one
+        error if the executor refuses the verb or the run has ended."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Ask the run to stop after the microbatches in flight; returns at once."""
 
     @abstractmethod
     def snapshot(self) -> Future:
@@ -158,9 +163,9 @@ class RunHandle(ABC):
     def state(self) -> dict[str, Any]:
         """Status, step, last loss, paused stages, and every stage's peers with queue lengths."""
 
+    @abstractmethod
     def dashboard(self, timeout: float = 60) -> str | None:
         """The Dask dashboard's address; None where no cluster runs the peers."""
-        return None
 
     # -- life cycle ----------------------------------------------------------------------------
     @property
@@ -218,21 +223,19 @@ class RunHandle(ABC):
             self.events.unsubscribe(live)
 
     # -- the steering verbs ------------------------------------------------------------------
-    def stop(self) -> None:
-        """Ask the run to stop after the microbatches in flight; returns at once."""
-        self._verb("stop")
-
     def kill_peer(self, peer: str) -> None:
         """Crash a peer: its queue and accumulated gradients are lost and recomputed elsewhere."""
-        self._verb("kill_peer", _peer_name(peer))
+        self._live_core("kill_peer").kill_peer(_peer_name(peer))
 
     def add_peer(self, stage: int | None = None) -> str:
         """Start a peer on `stage` (None: the stage the rebalancing rule picks); returns its name."""
-        return self._verb("add_peer", None if stage is None else self._stage(stage, "None or "))
+        stage = None if stage is None else self._stage(stage, "None or ")
+        return self._live_core("add_peer").add_peer(stage)
 
     def move_peer(self, peer: str, stage: int) -> str:
         """Move a peer to `stage` (it downloads that stage's state); returns its new name."""
-        return self._verb("move_peer", _peer_name(peer), self._stage(stage))
+        peer, stage = _peer_name(peer), self._stage(stage)
+        return self._live_core("move_peer").move_peer(peer, stage)
 
     def _stage(self, stage: object, also: str = "") -> int:
         """`stage` if it names one of the run's stages; else one ValueError saying what is allowed."""
@@ -243,34 +246,37 @@ class RunHandle(ABC):
 
     def rebalance(self) -> str | None:
         """Run one round of Algorithm 2 now; returns the moved peer's new name, or None."""
-        return self._verb("rebalance")
+        return self._live_core("rebalance").rebalance()
 
     def set_layer_split(self, split: list[int] | tuple[int, ...]) -> None:
         """Move blocks between stages at the next step boundary, with their optimizer state."""
         if not isinstance(split, (list, tuple)):
             raise ValueError(f"split={split!r} is not allowed: a list of blocks per stage, e.g. [3, 1]")
-        self._verb("set_layer_split", self.config.replace(layer_split=tuple(split)).layer_split)
+        split = self.config.replace(layer_split=tuple(split)).layer_split
+        self._live_core("set_layer_split").set_layer_split(split)
 
     def set_peer_delay(self, peer: str, seconds: float) -> None:
         """Slow a peer down by `seconds` per request (to watch the router shift traffic away)."""
         if not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 <= seconds < 60):
             raise ValueError(f"seconds={seconds!r} is not allowed: a number in [0, 60)")
-        self._verb("set_peer_delay", _peer_name(peer), float(seconds))
+        peer = _peer_name(peer)
+        self._live_core("set_peer_delay").set_peer_delay(peer, float(seconds))
 
     def peer_state(self, peer: str) -> dict[str, Any]:
         """A copy of one peer's parameters and optimizer state (to compare replicas of a stage)."""
-        return self._verb("peer_state", _peer_name(peer))
+        peer = _peer_name(peer)
+        return self._live_core("peer_state").peer_state(peer)
 
     def set_compression(self, codec: str) -> None:
         """Switch the wire codec of activations and their gradients (fp32, fp16, bf16, int8) now."""
         if codec not in WIRE_CODECS:
             raise ValueError(f"codec={codec!r} is not allowed: one of {sorted(WIRE_CODECS)}")
-        self._verb("set_compression", codec)
+        self._live_core("set_compression").set_compression(codec)
 
     def set_sync(self, sync: SyncConfig) -> None:
         """Switch each stage between SWARM all-reduce and DiLoCo at the next outer-step boundary."""
         self.config.replace(sync=sync)  # the config's own rules: a SyncConfig, DiLoCo without delayed updates
-        self._verb("set_sync", sync)
+        self._live_core("set_sync").set_sync(sync)
 
     def checkpoint(self, path: str | Path) -> Future:
         """Save the whole run at the next step boundary; the future resolves to the path."""

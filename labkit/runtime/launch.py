@@ -1,8 +1,8 @@
 """`launch`: start a run on the backend asked for and return its handle at once.
 
-Backends are found in a registry of import paths, so the runtime never imports a backend and no
-backend imports another: `inprocess` (threads of this process) and `dask` (actors on the workers
-of a Dask cluster).
+Each executor's spec names, per backend, the import path of the function that starts it there, so
+the runtime never imports a backend or an executor: `inprocess` (threads of this process) and
+`dask` (actors on the workers of a Dask cluster).
 """
 
 from __future__ import annotations
@@ -17,27 +17,13 @@ from labkit.model.memory import check_memory
 from labkit.runtime.handle import RunHandle
 from labkit.runtime.links import load_links
 
-BACKENDS = {
-    "inprocess": "labkit.backends.inprocess:launch",
-    "dask": "labkit.backends.dask:launch",
-}
-ATOM_BACKENDS = {  # ATOM's replicas (config.executor="atom"): threads here, or actors on Dask workers
-    "inprocess": "labkit.runtime.atom.run:launch",
-    "dask": "labkit.backends.dask.atom_replicas:launch",
-}
-TASKPOOL_BACKENDS = {  # the task pool paper's servers (here) and clients (threads here, or actors on Dask workers)
-    "inprocess": "labkit.runtime.taskpool.run:launch",
-    "dask": "labkit.backends.dask.taskpool_clients:launch",
-}
+BACKENDS = ("inprocess", "dask")
 
 
 def backend_refusal(config: RunConfig, backend: str) -> str | None:
     """Why `backend` cannot run `config`'s executor, or None: launch's check, which the lab's form
     also shows beside its backend before anything is launched."""
-    if config.executor == "atom" and backend == "dask" and config.atom.device != "cpu":
-        return (f"atom.device={config.atom.device!r} is not allowed with backend='dask': 'cpu' (on Dask each "
-                f"replica computes on its worker's GPU when the worker has one, as SWARM peers do)")
-    return None
+    return config.spec.backend_refusal(config, backend)
 
 
 def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | None = None, host: str = "127.0.0.1",
@@ -71,6 +57,5 @@ def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | No
     load_links(config)  # a bad scenario file fails here, naming what is wrong, before anything starts
     if backend == "inprocess":  # every peer in this process: refused with an estimate, not OOM-killed
         check_memory(config, psutil.virtual_memory().available)
-    registry = {"atom": ATOM_BACKENDS, "taskpool": TASKPOOL_BACKENDS}.get(config.executor, BACKENDS)
-    module, name = registry[backend].split(":")
+    module, name = config.spec.launch[backend].split(":")
     return getattr(importlib.import_module(module), name)(config, **options)

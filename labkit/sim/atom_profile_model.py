@@ -1,6 +1,6 @@
 """An analytic ATOM profile (the ATOM paper, §III-B): one `LayerCost` row per layer of a GPT-3 model on a
 device preset, for the swap simulator (`labkit.sim.atom`) and the partition search, when no
-measured profile (`labkit.runtime.atom.profile`) is at hand.
+measured profile (`labkit.executors.atom.profile`) is at hand.
 
 Layers, in the order they run: the embedding (token vocab x d plus positions seq_len x d), the
 transformer blocks, and the head (final LayerNorm and an untied vocab x d projection with the

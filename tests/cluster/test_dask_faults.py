@@ -24,7 +24,7 @@ import torch
 from distributed import Client, LocalCluster
 
 import labkit
-from labkit.config import AtomConfig, ModelConfig, RunConfig, TaskPoolConfig
+from labkit import AtomConfig, ModelConfig, RunConfig, TaskPoolConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.runtime.reference import train_reference
@@ -156,7 +156,7 @@ def test_atom_replicas_on_dask_survive_a_sigkill_and_take_a_bit_identical_joiner
     joiner downloads a live replica's state and is bit-identical, and the run equals plain
     training on the same samples (float64)."""
     cfg = RunConfig(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), global_batch=16, microbatch=2,
-                    steps=500, eval_every=0, threads=1, executor="atom", atom=AtomConfig(replicas=3, accumulation=2))
+                    steps=500, eval_every=0, threads=1, executor=AtomConfig(replicas=3, accumulation=2))
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
     try:
         run.wait_for(step=1, timeout=180)
@@ -193,8 +193,7 @@ def test_task_pool_clients_on_dask_survive_sigkills_mid_forward_and_mid_backward
     their slices are finished from the pool, no forward work is repeated beyond what they took
     with them, and training equals the single-process loop (float64)."""
     cfg = RunConfig(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=2, global_batch=16,
-                    microbatch=4, steps=500, eval_every=0, threads=1, executor="taskpool",
-                    taskpool=TaskPoolConfig(grace=600.0))  # only the kills take work away
+                    microbatch=4, steps=500, eval_every=0, threads=1, executor=TaskPoolConfig(grace=600.0))  # only the kills take work away
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
     detected = []
     try:

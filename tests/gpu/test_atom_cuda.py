@@ -3,7 +3,7 @@ on CUDA trains the same model as plain training on the CPU.
 
 Needs a CUDA device; skipped (with the reason) without one.
 
-The budget (labkit/runtime/atom/engine.py) counts what a swap keeps on the device: the resident
+The budget (labkit/executors/atom/engine.py) counts what a swap keeps on the device: the resident
 sub-models' parameters and gradients and the C microbatches' cut tensors in flight (the ATOM paper
 §III-C). It does not count a turn's working memory: the activations autograd saves while ONE
 microbatch runs forward and backward through one sub-model (freed before the next microbatch).
@@ -19,13 +19,13 @@ import torch
 import torch.nn.functional as F
 
 import labkit
-from labkit.config import AtomConfig, DataConfig, ModelConfig, RunConfig
+from labkit import AtomConfig, DataConfig, ModelConfig, RunConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import Stage
-from labkit.runtime.atom.device import nbytes
-from labkit.runtime.atom.engine import SubmodelPlan, plan_submodels
-from labkit.runtime.atom.layers import run_submodel, skeleton, submodel_tensors
-from labkit.runtime.atom.swap import SwapReplica
+from labkit.executors.atom.device import nbytes
+from labkit.executors.atom.engine import SubmodelPlan, plan_submodels
+from labkit.executors.atom.layers import run_submodel, skeleton, submodel_tensors
+from labkit.executors.atom.swap import SwapReplica
 from labkit.runtime.reference import reference_model, train_reference
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -73,8 +73,7 @@ def test_the_swap_on_cuda_stays_within_its_budget() -> None:
     # C x microbatch x seq_len = 16,384 tokens a turn: enough compute (float32) to hide a block's load,
     # without which the partition search keeps the whole model resident (nothing would swap)
     cfg = RunConfig(model=ModelConfig(size="small", seq_len=512), data=DataConfig(max_bytes=1_000_000), microbatch=8,
-                    global_batch=32, eval_every=0, executor="atom",
-                    atom=AtomConfig(replicas=1, accumulation=4, device="cuda"))
+                    global_batch=32, eval_every=0, executor=AtomConfig(replicas=1, accumulation=4, device="cuda"))
     model = reference_model(cfg)
     plan = plan_submodels(cfg, model.state_dict(), "cuda")
     model_bytes = nbytes(model.parameters())
@@ -104,8 +103,7 @@ def test_the_swap_on_cuda_stays_within_its_budget() -> None:
 
 def test_an_atom_run_on_cuda_trains_what_plain_training_does(tmp_path) -> None:
     cfg = RunConfig(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), data=DataConfig(max_bytes=1_000_000),
-                    global_batch=16, microbatch=2, steps=6, eval_every=0, executor="atom",
-                    atom=AtomConfig(replicas=2, accumulation=2, device="cuda"))
+                    global_batch=16, microbatch=2, steps=6, eval_every=0, executor=AtomConfig(replicas=2, accumulation=2, device="cuda"))
     run = labkit.launch(cfg, run_dir=tmp_path)
     summary = run.wait(timeout=300)
     assert summary["status"] == "finished", summary

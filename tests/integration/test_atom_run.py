@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import labkit
-from labkit.config import AtomConfig, ModelConfig, RunConfig
+from labkit import AtomConfig, ModelConfig, RunConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.runtime.reference import train_reference
 
 CFG = RunConfig(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), global_batch=16, microbatch=2, steps=6,
-                eval_every=0, executor="atom", atom=AtomConfig(replicas=2, accumulation=2))
+                eval_every=0, executor=AtomConfig(replicas=2, accumulation=2))
 
 
 def _params(snapshot_or_state) -> dict[str, torch.Tensor]:
@@ -23,7 +23,7 @@ def _params(snapshot_or_state) -> dict[str, torch.Tensor]:
 
 
 def test_replicas_leave_and_join_and_the_run_equals_plain_training(tmp_path: Path) -> None:
-    run = labkit.launch(CFG.replace(atom=AtomConfig(replicas=3, accumulation=2)), run_dir=tmp_path)
+    run = labkit.launch(CFG.replace(executor=AtomConfig(replicas=3, accumulation=2)), run_dir=tmp_path)
     try:
         partition = run.wait_for(event={"type": "setting", "name": "atom_partition"}, timeout=120)["value"]
         assert sum(partition["sizes"]) == CFG.model.n_layer + 2
@@ -82,7 +82,7 @@ def test_a_stop_asked_while_the_run_starts_ends_it_and_the_run_sets_torchs_threa
 def test_atom_on_dask_with_a_device_named_is_one_clear_error() -> None:
     with pytest.raises(ValueError, match=r"atom.device='cuda' is not allowed with backend='dask': 'cpu' \(on Dask each "
                                          r"replica computes on its worker's GPU"):
-        labkit.launch(CFG.replace(atom=AtomConfig(device="cuda")), backend="dask")
+        labkit.launch(CFG.replace(executor=AtomConfig(device="cuda")), backend="dask")
 
 
 def test_an_atom_checkpoint_resumes_as_one_swarm_stage_and_as_atom(tmp_path: Path) -> None:
@@ -105,11 +105,11 @@ def test_an_atom_checkpoint_resumes_as_one_swarm_stage_and_as_atom(tmp_path: Pat
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
 def test_cuda_without_a_gpu_is_refused_at_launch() -> None:
     with pytest.raises(ValueError, match=r"atom.device='cuda' is not allowed here: torch.cuda.is_available\(\) is False"):
-        labkit.launch(CFG.replace(atom=AtomConfig(device="cuda")))
+        labkit.launch(CFG.replace(executor=AtomConfig(device="cuda")))
 
 
 def test_a_budget_below_the_least_that_works_names_the_least(tmp_path: Path) -> None:
-    run = labkit.launch(CFG.replace(atom=AtomConfig(budget_mb=0.2)), run_dir=tmp_path)
+    run = labkit.launch(CFG.replace(executor=AtomConfig(budget_mb=0.2)), run_dir=tmp_path)
     summary = run.wait(timeout=120)
     assert summary["status"] == "failed"
     assert "atom.budget_mb=0.2 is not allowed" in summary["error"] and "budget_mb >= " in summary["error"]

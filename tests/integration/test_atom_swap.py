@@ -11,8 +11,8 @@ import torch
 
 from labkit.config import ModelConfig, RunConfig
 from labkit.data import WindowSampler, load_corpus
-from labkit.runtime.atom.device import BudgetExceeded
-from labkit.runtime.atom.swap import Interrupted, SwapReplica, SwapSpan
+from labkit.executors.atom.device import BudgetExceeded
+from labkit.executors.atom.swap import Interrupted, SwapReplica, SwapSpan
 from labkit.runtime.optim import apply_step, make_optimizer
 from labkit.runtime.reference import reference_model, train_reference
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import labkit
 from labkit.config import RunConfig
-from labkit.lab.charts import chart_names
+from labkit.executors.registry import SPECS
 from labkit.lab.live import LiveView, replay
 
 
@@ -23,7 +23,7 @@ def test_live_view_draws_every_chart_from_the_run_and_replays_it(small_run: RunC
     assert sum(r["microbatches"] for r in routing if r["stage"] == 0) == cfg.steps * cfg.microbatches_per_step
     assert {r["peer"] for r in view.charts.spec("timeline")["datasets"]["timeline"]} <= {"s0p0", "s0p1", "s1p0", "s1p1"}
     assert not view.refreshing
-    assert set(view.charts.widgets) == set(chart_names("swarm"))
+    assert set(view.charts.widgets) == set(SPECS["swarm"].charts)
     replayed = replay(tmp_path / "run")
-    for name in chart_names("swarm"):  # a finished run's events.jsonl draws the same rows as the live view did
+    for name in SPECS["swarm"].charts:  # a finished run's events.jsonl draws the same rows as the live view did
         assert replayed.spec(name)["datasets"] == view.charts.spec(name)["datasets"], name

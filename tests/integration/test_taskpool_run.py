@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import labkit
-from labkit.config import ModelConfig, RunConfig, TaskPoolConfig
+from labkit import ModelConfig, RunConfig, TaskPoolConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.runtime.reference import train_reference
@@ -43,7 +43,7 @@ def _pool_stats(run: labkit.RunHandle, stage: int) -> dict:
 
 @pytest.mark.parametrize("delayed", [False, True], ids=["plain", "delayed-updates"])
 def test_training_equals_the_single_process_loop(tmp_path: Path, delayed: bool) -> None:
-    cfg = CFG.replace(delayed_updates=delayed, taskpool=TaskPoolConfig(frontal=(3, 1), backward=(2, 1)))
+    cfg = CFG.replace(delayed_updates=delayed, executor=TaskPoolConfig(frontal=(3, 1), backward=(2, 1)))
     run = labkit.launch(cfg, run_dir=tmp_path)
     summary = run.wait(timeout=120)
     assert summary["status"] == "finished", summary
@@ -56,7 +56,7 @@ def test_training_equals_the_single_process_loop(tmp_path: Path, delayed: bool) 
 
 @pytest.mark.parametrize("kind", ["forward", "backward"])
 def test_a_client_killed_mid_task_loses_nothing_and_repeats_no_forward_work(tmp_path: Path, kind: str) -> None:
-    cfg = CFG.replace(steps=3, taskpool=TaskPoolConfig(grace=600.0))  # only the kill takes work away
+    cfg = CFG.replace(steps=3, executor=TaskPoolConfig(grace=600.0))  # only the kill takes work away
     run = labkit.launch(cfg, run_dir=tmp_path)
     try:
         run.wait_for(event={"type": "run", "state": "started"}, timeout=60)
@@ -84,7 +84,7 @@ def test_a_client_killed_mid_task_loses_nothing_and_repeats_no_forward_work(tmp_
 
 
 def test_an_overdue_client_is_replaced_from_the_pool_and_joins_again(tmp_path: Path) -> None:
-    cfg = CFG.replace(steps=500, taskpool=TaskPoolConfig(grace=0.5, slack=1.0))
+    cfg = CFG.replace(steps=500, executor=TaskPoolConfig(grace=0.5, slack=1.0))
     run = labkit.launch(cfg, run_dir=tmp_path)
     try:
         run.wait_for(event={"type": "run", "state": "started"}, timeout=60)
@@ -123,10 +123,10 @@ def test_the_servers_re_split_work_by_the_clients_measured_rates(tmp_path: Path)
 def test_a_sharded_checkpoint_resumes_as_swarm_and_with_other_servers(tmp_path: Path) -> None:
     """Two BS shard each stage's parameters (an optimizer each); the checkpoint holds one merged
     optimizer state per stage, which SWARM and a task pool with three BS resume exactly."""
-    first = labkit.launch(CFG.replace(steps=2, taskpool=TaskPoolConfig(backward=2)), run_dir=tmp_path / "pool")
+    first = labkit.launch(CFG.replace(steps=2, executor=TaskPoolConfig(backward=2)), run_dir=tmp_path / "pool")
     assert first.wait(timeout=120)["status"] == "finished"
     for name, cfg in [("swarm", CFG.replace(executor="swarm", trainers=2, steps=3)),
-                      ("pool-again", CFG.replace(steps=3, taskpool=TaskPoolConfig(backward=3)))]:
+                      ("pool-again", CFG.replace(steps=3, executor=TaskPoolConfig(backward=3)))]:
         run = labkit.launch(cfg, run_dir=tmp_path / name, resume=tmp_path / "pool" / "checkpoint.pt")
         summary = run.wait(timeout=120)
         assert summary["status"] == "finished" and [e["step"] for e in run.events.history("step")] == [3], (name, summary)

@@ -25,6 +25,6 @@ def test_kill_every_alternates_stages_and_replaces_each_victim(small_run: RunCon
     assert [(e["peer"], e["reason"]) for e in killed] == [("s1c1", "killed"), ("s0c1", "killed")]
     joined = [e["peer"] for e in run.events.history("peer") if e["state"] == "joined"]
     assert joined == ["s0c0", "s0c1", "s1c0", "s1c1", "s1c2", "s0c2"]  # a fresh client in the victim's stage
-    pools = {e["value"]["stage"]: e["value"] for e in run.events.history("setting") if e["name"] == "taskpool"}
+    pools = {e["value"]["stage"]: e["value"] for e in run.events.history("setting") if e["name"] == "pool"}
     pooled = sum(value["pooled_samples"] for value in pools.values())
     assert 0 <= extra_forward(run, cfg) <= pooled  # only what went through the pool is computed again

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 import pytest
 
 import labkit
-from labkit.config import (EXECUTORS, AtomConfig, CompressionConfig, ConfigError, ModelConfig, RunConfig, SyncConfig,
-                           TaskPoolConfig)
-from labkit.lab.form import ONLY, LaunchForm, field_comments
+from labkit import AtomConfig, TaskPoolConfig
+from labkit.config import CompressionConfig, ConfigError, ModelConfig, RunConfig, SyncConfig
+from labkit.config_checks import field_comments
+from labkit.executors.registry import NAMES
+from labkit.lab.form import LaunchForm
 
 
 def shown(form: LaunchForm) -> dict[str, str]:
@@ -53,6 +55,20 @@ def test_field_comments_are_read_from_the_source() -> None:
     assert form.fields["sync.inner_steps"].tooltip == "H: local steps between outer steps (DiLoCo only)"
 
 
+def choose_owner(form: LaunchForm, key: str) -> None:
+    """Choose the executor whose own field `key` is ("atom.replicas": ATOM), if it is one's."""
+    if key.split(".")[0] in NAMES:
+        form.fields["executor"].value = key.split(".")[0]
+
+
+def test_another_executors_field_is_not_checked_while_greyed_out(small_run: RunConfig) -> None:
+    form = LaunchForm(lambda cfg, options: None, defaults=small_run)
+    form.fields["atom.replicas"].value = "many"
+    assert shown(form) == {} and form.config() == small_run  # the run has no ATOM config to hold it
+    form.fields["executor"].value = "atom"
+    assert shown(form) == {"atom.replicas": "AtomConfig.replicas='many' is not allowed: an integer"}
+
+
 @pytest.mark.parametrize(("key", "typed", "build"), [
     ("lr", "20", lambda cfg: cfg.replace(lr=20.0)),
     ("stages", "9", lambda cfg: cfg.replace(stages=9)),
@@ -72,6 +88,7 @@ def test_field_comments_are_read_from_the_source() -> None:
 def test_a_refused_value_shows_the_configs_error_beside_its_field(small_run: RunConfig, key: str, typed: str,
                                                                     build: Callable[[RunConfig], object]) -> None:
     form = LaunchForm(lambda cfg, options: None, defaults=small_run)
+    choose_owner(form, key)
     before = form.fields[key].value
     assert shown(form) == {} and not form.launch_button.disabled
     form.fields[key].value = typed
@@ -89,12 +106,13 @@ def test_a_refused_value_shows_the_configs_error_beside_its_field(small_run: Run
     ("lr", "fast", "RunConfig.lr='fast' is not allowed: a number"),
     ("sync.inner_steps", "2.5", "SyncConfig.inner_steps='2.5' is not allowed: an integer"),
     ("peers", "2,x", "RunConfig.peers='2,x' is not allowed: an integer, or a comma list of integers (one per stage)"),
-    ("atom.budget_mb", "lots", "AtomConfig.budget_mb='lots' is not allowed: blank (the least budget that fits) or a "
-                               "number of MB"),
-    ("taskpool.backward", "two", "TaskPoolConfig.backward='two' is not allowed: an integer"),
+    ("atom.budget_mb", "lots", "AtomConfig.budget_mb='lots' is not allowed: blank (the least that works) or a number"),
+    ("taskpool.backward", "two", "TaskPoolConfig.backward='two' is not allowed: an integer, or a comma list of "
+                                 "integers (one per stage)"),
 ])
 def test_a_value_that_does_not_parse_says_what_is_allowed(small_run: RunConfig, key: str, typed: str, want: str) -> None:
     form = LaunchForm(lambda cfg, options: None, defaults=small_run)
+    choose_owner(form, key)
     form.fields[key].value = typed
     assert shown(form) == {key: want}
     assert form.launch_button.disabled
@@ -119,30 +137,31 @@ def test_the_executor_choice_builds_an_atom_config_and_greys_out_the_other_execu
         small_run: RunConfig) -> None:
     form = LaunchForm(lambda cfg, options: None, defaults=small_run)
     assert form.fields["executor"].value == "swarm" and form.fields["atom.budget_mb"].value == ""  # None: blank
-    assert all(form.fields[key].disabled for key in ONLY["atom",]) and not form.fields["stages"].disabled
+    atom_fields = [key for key in form.fields if key.startswith("atom.")]
+    assert all(form.fields[key].disabled for key in atom_fields) and not form.fields["stages"].disabled
     form.fields["executor"].value = "atom"
-    assert all(form.fields[key].disabled for key in (*ONLY["swarm",], *ONLY["swarm", "taskpool"]))
-    assert not any(form.fields[key].disabled for key in ONLY["atom",])
+    assert all(form.fields[key].disabled for key in ("stages", "peers", "trainers", "sync.mode", "compression.codec"))
+    assert not any(form.fields[key].disabled for key in atom_fields)
     form.fields["atom.replicas"].value = "3"
     form.fields["atom.accumulation"].value = "4"
     form.fields["atom.budget_mb"].value = "1.5"
     form.fields["atom.prefetch"].value = False
     assert shown(form) == {} and not form.launch_button.disabled
-    assert form.config() == small_run.replace(executor="atom", atom=AtomConfig(replicas=3, accumulation=4,
+    assert form.config() == small_run.replace(executor=AtomConfig(replicas=3, accumulation=4,
                                                                               budget_mb=1.5, prefetch=False))
     form.fields["atom.budget_mb"].value = ""
-    assert form.config().atom.budget_mb is None
+    assert form.config().executor.budget_mb is None
 
     form.fields["backend"].value = "dask"  # replicas as Dask actors: each uses its worker's GPU if it has one
     assert shown(form) == {} and form.launch_options() == {"backend": "dask"}
     form.fields["atom.device"].value = "cuda"
     with pytest.raises(ValueError) as refused:  # launch's own refusal: it starts nothing
-        labkit.launch(small_run.replace(executor="atom", atom=AtomConfig(device="cuda")), backend="dask")
+        labkit.launch(small_run.replace(executor=AtomConfig(device="cuda")), backend="dask")
     assert shown(form) == {"backend": str(refused.value)} and form.launch_button.disabled
     assert str(refused.value).startswith("atom.device='cuda' is not allowed with backend='dask': 'cpu'")
     form.fields["atom.device"].value = "cpu"
     form.fields["executor"].value = "swarm"
-    assert shown(form) == {} and form.config().executor == "swarm"
+    assert shown(form) == {} and form.config().executor.name == "swarm"
 
     shared = small_run.replace(model=ModelConfig(size="nano", seq_len=32, share_layers=True))
     form = LaunchForm(lambda cfg, options: None, defaults=shared)
@@ -166,7 +185,7 @@ def test_each_executor_greys_out_exactly_the_fields_only_other_executors_read(sm
                                          "taskpool.slack", "taskpool.grace"})]:
         form.fields["executor"].value = executor
         assert enabled(form) == shared | want, executor
-    assert set(form.fields["executor"].options) == set(EXECUTORS)
+    assert set(form.fields["executor"].options) == set(NAMES)
 
 
 def test_the_executor_choice_builds_a_task_pool_config_for_either_backend(small_run: RunConfig) -> None:
@@ -178,7 +197,7 @@ def test_the_executor_choice_builds_a_task_pool_config_for_either_backend(small_
     form.fields["taskpool.slack"].value = "1.5"
     form.fields["taskpool.grace"].value = "0"
     assert shown(form) == {} and not form.launch_button.disabled
-    assert form.config() == small_run.replace(executor="taskpool", taskpool=TaskPoolConfig(backward=2, slack=1.5,
+    assert form.config() == small_run.replace(executor=TaskPoolConfig(backward=2, slack=1.5,
                                                                                             grace=0.0))
     form.fields["backend"].value = "dask"  # clients as Dask actors
     assert shown(form) == {} and form.launch_options() == {"backend": "dask"} and not form.launch_button.disabled

@@ -10,7 +10,7 @@ import pytest
 
 import labkit
 from labkit.config import RunConfig
-from labkit.lab.charts import chart_names
+from labkit.executors.registry import SPECS
 from labkit.lab.live import replay
 from labkit.lab.report import write_report
 from labkit.lab.rows import Windows
@@ -42,7 +42,7 @@ def test_the_form_launches_a_run_whose_controls_and_charts_follow_it(small_run: 
     wait_until(routed_after_kill, 60, "stage 1's traffic all on the survivor in the routing chart")
     marks = lab.view.charts.spec("loads")["datasets"]["marks"]
     assert {"t": killed["t"], "what": "kill s1p0"} in marks
-    assert set(lab.view.charts.widgets) == set(chart_names("swarm")) and lab.view.refreshing
+    assert set(lab.view.charts.widgets) == set(SPECS["swarm"].charts) and lab.view.refreshing
     assert lab.status.value.startswith("running: step")
     lab.controls.stop_button.click()
     assert run.wait(60)["status"] == "stopped"
@@ -63,11 +63,11 @@ def _launch_from_form(small_run: RunConfig, executor: str, values: dict[str, str
 def test_the_form_launches_an_atom_run_whose_panel_draws_its_swaps_and_steers_its_replicas(
         small_run: RunConfig) -> None:
     lab, run = _launch_from_form(small_run, "atom", {"atom.replicas": "2"})
-    assert run.config.executor == "atom" and lab.whatif is None  # the what-if scales a swarm's measured peers
+    assert run.config.executor.name == "atom" and lab.whatif is None  # the what-if scales a swarm's measured peers
     run.wait_for(step=2, timeout=120)
 
     wait_until(lambda: "swaps" in lab.view.charts.widgets, 30, "the swap timeline's first rows")
-    assert set(lab.view.charts.boxes) == set(chart_names("atom"))
+    assert set(lab.view.charts.boxes) == set(SPECS["atom"].charts)
     wait_until(lambda: {r["replica"] for r in lab.view.charts.spec("swaps")["datasets"]["swaps"]} == {"r0", "r1"},
                30, "both replicas' turns in the swap timeline")
     wait_until(lambda: set(lab.controls.rows) == {"r0", "r1"}, 30, "the replicas in the peer table")
@@ -99,17 +99,17 @@ def test_the_form_launches_an_atom_run_whose_panel_draws_its_swaps_and_steers_it
 def test_the_form_launches_a_task_pool_run_whose_chart_follows_a_client_killed_from_its_row(
         small_run: RunConfig) -> None:
     lab, run = _launch_from_form(small_run, "taskpool", {"taskpool.backward": "2"})
-    assert run.config.executor == "taskpool" and run.config.taskpool.backward == 2 and lab.whatif is None
-    assert set(lab.view.charts.boxes) == set(chart_names("taskpool"))
+    assert run.config.executor.name == "taskpool" and run.config.executor.backward == 2 and lab.whatif is None
+    assert set(lab.view.charts.boxes) == set(SPECS["taskpool"].charts)
     run.wait_for(step=2, timeout=120)
     wait_until(lambda: set(lab.controls.rows) == {"s0c0", "s0c1", "s1c0", "s1c1"}, 30, "the clients in the peer table")
     lab.controls.rows["s1c1"].kill.click()
     killed = run.wait_for(event={"type": "peer", "peer": "s1c1", "state": "killed"}, timeout=60)
-    ended = run.wait_for(event=lambda e: e["type"] == "setting" and e["name"] == "taskpool" and e["t"] > killed["t"]
+    ended = run.wait_for(event=lambda e: e["type"] == "setting" and e["name"] == "pool" and e["t"] > killed["t"]
                          and e["value"]["stage"] == 1, timeout=60)
 
     def drawn() -> list[dict]:
-        return [r for r in lab.view.charts.spec("taskpool")["datasets"]["taskpool"] if r["stage"] == 1]
+        return [r for r in lab.view.charts.spec("pool")["datasets"]["pool"] if r["stage"] == 1]
 
     wait_until(lambda: any(r["t"] == ended["t"] for r in drawn()), 30, "the pass after the kill in the task-pool chart")
     at_kill = {r["series"]: r["value"] for r in drawn() if r["t"] == killed["t"]}

@@ -8,8 +8,9 @@ import pytest
 import vl_convert
 
 from labkit import events as ev
-from labkit.config import RunConfig, TaskPoolConfig
-from labkit.lab.charts import CHARTS, chart_names, with_data
+from labkit.config import RunConfig
+from labkit.executors.registry import SPECS
+from labkit.lab.charts import CHARTS, with_data
 from labkit.lab.rows import Rows, Windows, hop_shares, rows_of_run
 
 
@@ -133,7 +134,7 @@ def slice_hop(t: float, stage: int, peer: str, kind: str, start: int, end: int) 
 
 
 def pool_stats(t: float, stage: int, pooled: int, lost: int) -> ev.Event:
-    return ev.setting(t, name="taskpool", value={"stage": stage, "forward_samples": 4, "backward_samples": 4,
+    return ev.setting(t, name="pool", value={"stage": stage, "forward_samples": 4, "backward_samples": 4,
                                                  "lost_samples": lost, "pooled_samples": pooled, "discarded_samples": 0,
                                                  "pool_depth": 0, "repeated_beyond_lost": 0})
 
@@ -154,8 +155,8 @@ def pool_run() -> list[ev.Event]:
 
 
 def test_a_task_pools_servers_clients_and_pool_and_its_clients_share_of_the_slices() -> None:
-    rows = Rows(executor="taskpool", microbatch=4, taskpool=TaskPoolConfig(frontal=1, backward=2)).extend(pool_run())
-    series = {(stage, name): [(r["t"], r["value"]) for r in rows.dataset("taskpool")
+    rows = Rows(charts=SPECS["taskpool"].charts, microbatch=4, servers=lambda stage: 3).extend(pool_run())
+    series = {(stage, name): [(r["t"], r["value"]) for r in rows.dataset("pool")
                               if r["stage"] == stage and r["series"] == name] for stage in (0, 1)
               for name in ("servers", "clients", "pool")}
     assert series[0, "clients"] == [(0.0, 1), (0.0, 2), (1.2, 1), (1.5, 1), (1.5, 1)]
@@ -163,25 +164,25 @@ def test_a_task_pools_servers_clients_and_pool_and_its_clients_share_of_the_slic
     assert series[1, "clients"] == [(0.0, 1), (1.7, 0), (1.8, 1), (2.0, 1), (2.0, 1)]
     assert series[1, "pool"] == [(0.0, 0), (1.7, 0), (1.8, 0), (2.0, 2), (2.0, 0)]  # overdue: the servers' count
     assert {v for (_, name), values in series.items() if name == "servers" for _, v in values} == {3}
-    ended = [r for r in rows.dataset("taskpool") if r["what"] == "pass ended" and r["series"] == "pool"]
+    ended = [r for r in rows.dataset("pool") if r["what"] == "pass ended" and r["series"] == "pool"]
     assert [(r["stage"], r["lost_samples"], r["repeated_beyond_lost"]) for r in ended] == [(0, 3, 0), (1, 2, 0)]
     # the forward slices as shares of a microbatch (the recompute is backward work)
     assert rows.routing() == [{"stage": 0, "trainer": "servers", "peer": "s0c0", "microbatches": 0.25},
                               {"stage": 0, "trainer": "servers", "peer": "s0c1", "microbatches": 0.75}]
     assert rows.shares() == {"s0c0": 0.25, "s0c1": 0.75}
     assert rows.totals()["s0c1"]["microbatches"] == 0.75
-    assert Rows().extend(known_run()).dataset("taskpool") == []  # a SWARM run's peers are not clients
+    assert Rows().extend(known_run()).dataset("pool") == []  # a SWARM run's peers are not clients
 
 
 def test_chart_names_follow_the_executor() -> None:
-    assert chart_names("taskpool") == ("taskpool", "routing", "timeline", "throughput", "loss")
-    assert chart_names("atom") == ("swaps", "throughput", "loss")
-    assert chart_names("swarm") == ("routing", "loads", "timeline", "throughput", "loss", "traffic")
-    assert Rows.for_config(RunConfig(executor="atom")).executor == "atom"
+    assert SPECS["taskpool"].charts == ("pool", "routing", "timeline", "throughput", "loss")
+    assert SPECS["atom"].charts == ("swaps", "throughput", "loss")
+    assert SPECS["swarm"].charts == ("routing", "loads", "timeline", "throughput", "loss", "traffic")
+    assert Rows.for_config(RunConfig(executor="atom")).charts == SPECS["atom"].charts
 
 
 def test_every_chart_renders_the_rows_offline() -> None:
-    data = Rows(tokens_per_microbatch=128, executor="taskpool").extend(
+    data = Rows(tokens_per_microbatch=128, charts=SPECS["taskpool"].charts).extend(
         known_run() + atom_run(13.0, ("r0", "r1")) + pool_run()).datasets()
     for name, make in CHARTS.items():
         assert data[name], name
@@ -190,7 +191,7 @@ def test_every_chart_renders_the_rows_offline() -> None:
     svg = vl_convert.vegalite_to_svg(with_data(CHARTS["swaps"]().to_dict(), data))
     for text in ("ATOM swap timeline (Figure 12)", "execution", "device", "r0", "r1", "forward+backward", "loading", "resident"):
         assert f">{text}<" in svg, text
-    svg = vl_convert.vegalite_to_svg(with_data(CHARTS["taskpool"]().to_dict(), data))
+    svg = vl_convert.vegalite_to_svg(with_data(CHARTS["pool"]().to_dict(), data))
     for text in ("Task pool: servers, clients and pooled work", "servers and clients", "samples in the pool", "servers",
                  "clients", "pool"):
         assert f">{text}<" in svg, text

@@ -21,7 +21,7 @@ CFG = RunConfig(model=ModelConfig(size="nano", seq_len=32), stages=2, peers=2, g
 def _coordinator(cfg: RunConfig = CFG) -> tuple[Coordinator, FakePeers, EventLog]:
     log, peers = EventLog(), FakePeers()
     states = [{"params": {"stage": s}, "optimizer": None} for s in range(cfg.stages)]
-    return Coordinator(cfg, log, peers, states), peers, log
+    return Coordinator(cfg, log.emit, peers, states), peers, log
 
 
 def _play_step(c: Coordinator, peers: FakePeers, route: dict[int, list[str]], grad: float = 1.0) -> None:

@@ -29,11 +29,11 @@ FRONTEND_PACKAGES = ("labkit.lab", "labkit.cli")
 # Import cycles tolerated for now: the set of modules of one cycle -> why it is acceptable.
 ALLOWED_CYCLES: dict[frozenset[str], str] = {}
 
-# Modules allowed over MAX_LINES: path relative to the repository root -> why.
-ALLOWED_BIG_FILES: dict[str, str] = {
-    "labkit/config.py": "every run knob in one place: frozen dataclasses with one comment per field and its bound, "
-                        "the page a user reads to learn what a run can be told",
-}
+MAX_TRACKED_BYTES = 1_000_000  # no tracked file larger: wheels, datasets and checkpoints stay out of git
+EXECUTORS_PACKAGE = "labkit.executors"
+# The simulator models the papers' systems under their papers' names (its schedules and methods:
+# "atom", "gpipe", "taskpool", "swarm"); it never reads a run's executor (checked below).
+SIMULATOR = "labkit.sim"
 
 
 @dataclass(frozen=True)
@@ -395,18 +395,59 @@ def _line_counts() -> dict[str, int]:
 
 
 def test_modules_stay_small() -> None:
-    """No labkit module is longer than MAX_LINES lines, except those in ALLOWED_BIG_FILES."""
-    _fail_if([f"{path}: {count} lines" for path, count in sorted(_line_counts().items())
-              if count > MAX_LINES and path not in ALLOWED_BIG_FILES],
-             f"modules over {MAX_LINES} lines (split them, or allow-list them with a reason):")
+    """No labkit module is longer than MAX_LINES lines: none is allowed to be."""
+    _fail_if([f"{path}: {count} lines" for path, count in sorted(_line_counts().items()) if count > MAX_LINES],
+             f"modules over {MAX_LINES} lines (split them):")
 
 
-def test_allowed_big_files_are_not_stale() -> None:
-    """Every ALLOWED_BIG_FILES entry still exists and is still over MAX_LINES lines."""
-    counts = _line_counts()
-    _fail_if([f"{path}: " + (f"{counts[path]} lines" if path in counts else "no such module")
-              for path in ALLOWED_BIG_FILES if counts.get(path, 0) <= MAX_LINES],
-             f"ALLOWED_BIG_FILES entries no longer over {MAX_LINES} lines, remove them:")
+def test_no_tracked_file_is_over_a_megabyte() -> None:
+    """Nothing large is committed: every file git tracks is at most MAX_TRACKED_BYTES."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    paths = [REPO / name for name in listed.decode().split("\0") if name]
+    assert len(paths) > 100, "git ls-files listed almost nothing"
+    _fail_if([f"{p.relative_to(REPO)}: {p.stat().st_size:,} bytes" for p in paths
+              if p.is_file() and p.stat().st_size > MAX_TRACKED_BYTES],
+             f"tracked files over {MAX_TRACKED_BYTES:,} bytes (keep them out of git):")
+
+
+def executor_names_outside(root: Path, package: str, names: set[str], inside: tuple[str, ...]) -> list[str]:
+    """Every string constant equal to one of `names` in a module of `package` outside `inside`."""
+    found = []
+    for module, path in discover_modules(root, package).items():
+        if _within(module, inside):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in names and isinstance(node.value, str):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_the_executor_name_finder_sees_comparisons_and_keys(tmp_path: Path) -> None:
+    _write_package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/lab.py": "def f(cfg):\n    return cfg.executor == 'atom' or {'swarm': 1}\n",
+        "pkg/executors/__init__.py": "NAME = 'atom'\n",
+        "pkg/clean.py": "NAME = 'atoms'\n",
+    })
+    assert executor_names_outside(tmp_path, "pkg", {"atom", "swarm"}, ("pkg.executors",)) == [
+        "pkg/lab.py:2: 'atom'", "pkg/lab.py:2: 'swarm'"]
+
+
+def test_only_the_executors_name_executors() -> None:
+    """No module outside labkit/executors/ names a registered executor: the lab, the CLI, the
+    runtime and the backends ask the spec or the handle instead."""
+    from labkit.executors.registry import NAMES
+
+    _fail_if(executor_names_outside(REPO, PACKAGE, set(NAMES), (EXECUTORS_PACKAGE, SIMULATOR)),
+             "executor names outside labkit/executors/ (ask the run's spec instead):")
+
+
+def test_the_simulator_never_reads_a_runs_executor() -> None:
+    """The simulator's own names for the papers' systems are not executors: it reads no `.executor`."""
+    reads = [f"{path.relative_to(REPO)}:{node.lineno}" for module, path in discover_modules(REPO, PACKAGE).items()
+             if _within(module, (SIMULATOR,)) for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Attribute) and node.attr == "executor"]
+    _fail_if(reads, "the simulator reads a run's executor:")
 
 
 def test_papers_are_named_not_numbered() -> None:

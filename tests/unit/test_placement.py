@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from labkit.backends.dask.placement import coordinator_worker, peer_worker, trainer_workers
+from labkit.backends.dask.placement import peer_worker, trainer_workers
 
 GPU, CPU = {"resources": {"GPU": 1}}, {"resources": {}}
 WORKERS = {"tcp://a:1": CPU, "tcp://b:1": GPU, "tcp://c:1": CPU, "tcp://d:1": GPU}
-
-
-def test_coordinator_prefers_a_cpu_worker() -> None:
-    assert coordinator_worker(WORKERS) == "tcp://a:1"
-    assert coordinator_worker({"tcp://b:1": GPU}) == "tcp://b:1"
 
 
 def test_peers_take_gpu_workers_first_and_newcomers_before_both() -> None:
@@ -34,5 +29,5 @@ def test_a_stage_s_peers_spread_over_machines() -> None:
 
 def test_trainers_take_free_cpu_workers_then_share_the_fallback() -> None:
     taken = {"tcp://a:1", "tcp://b:1"}  # coordinator and one peer
-    assert trainer_workers(WORKERS, taken, 3, "tcp://a:1") == ["tcp://c:1", "tcp://d:1", "tcp://a:1"]
-    assert trainer_workers(WORKERS, set(WORKERS), 2, "tcp://a:1") == ["tcp://a:1", "tcp://a:1"]
+    assert trainer_workers(WORKERS, taken, 3) == ["tcp://c:1", "tcp://d:1", "tcp://c:1"]
+    assert trainer_workers(WORKERS, set(WORKERS), 3) == ["tcp://a:1", "tcp://c:1", "tcp://b:1"]

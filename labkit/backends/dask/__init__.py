@@ -1,7 +1,5 @@
-"""The Dask backend: every peer and trainer an actor on its own worker of a Dask cluster, peers
-found through a hivemind DHT. By role: `handle` (what the driver holds), `coordinator_actor`,
-`peer_actor`, `trainer_actor`, `fleet` (placement and watching), `remote` (the transport), `dht`."""
-
-from labkit.backends.dask.handle import DaskRun, launch
-
-__all__ = ["DaskRun", "launch"]
+"""The Dask backend: workers of a run as actors on the workers of a Dask cluster, peers found
+through a hivemind DHT; the run's core stays in the process holding the run. By role:
+`connect` (the cluster), `fleet` (SWARM's peers and trainers: placement and watching),
+`actor_fleet` (one actor per worker, for the other executors), `work_server` (the coordinator's
+work, served to trainers), `peer_actor`, `trainer_actor`, `remote` (the transport), `dht`."""

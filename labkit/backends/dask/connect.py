@@ -27,12 +27,11 @@ _HINT = "give the address `dask scheduler` prints, like tcp://10.0.0.5:8786"
 
 def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> tuple[Client, LocalCluster | None]:
     """A client of the cluster at `scheduler`, or of a new embedded `LocalCluster` of worker
-    processes: one per peer and trainer, one for the coordinator and `SPARE_WORKERS` more (with
-    executor='atom': one per replica; 'taskpool': one per client; and `SPARE_WORKERS` more), each
-    in a process group of its own (`DETACH`), so that a Ctrl-C stops the run instead of its workers."""
+    processes: as many as the executor's spec says its actors need (SWARM: one per peer and trainer
+    and one for the coordinator) and `SPARE_WORKERS` more, each in a process group of its own
+    (`DETACH`), so that a Ctrl-C stops the run instead of its workers."""
     if scheduler is None:
-        workers = SPARE_WORKERS + {"atom": cfg.atom.replicas, "taskpool": sum(cfg.peers_per_stage)}.get(
-            cfg.executor, sum(cfg.peers_per_stage) + cfg.trainers + 1)
+        workers = SPARE_WORKERS + cfg.spec.workers(cfg)
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
                                dashboard_address=f"{host}:0", preload=[DETACH],
                                silence_logs=logging.CRITICAL)  # its shutdown chatter; faults are the run's events

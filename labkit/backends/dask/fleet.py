@@ -1,7 +1,8 @@
 """Where a Dask run's peers and trainers live: the Dask `PeerFactory`.
 
-It lives in the coordinator actor. It places every peer and trainer as an actor on its own
-worker (GPU workers first for peers, CPU workers first for trainers), watches the DHT (peers that
+It lives with the run's coordinator, in the process holding the run. It places every peer and
+trainer as an actor on its own worker (GPU workers first for peers, CPU workers first for
+trainers), watches the DHT (peers that
 stop announcing are evicted; their queue lengths feed Algorithm 2), and gives every worker that
 joins the cluster mid-run a peer on the stage the join rule picks.
 """
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from distributed import Client
 
 from labkit import events
-from labkit.backends.dask.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, StageDirectory, join, node_for, release
+from labkit.backends.dask.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, DhtNode, StageDirectory, join, release
 from labkit.backends.dask.peer_actor import PeerActor
 from labkit.backends.dask.placement import peer_worker, trainer_workers
 from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
@@ -75,18 +76,20 @@ class RemoteTrainer:
 class DaskPeers:
     """A `PeerFactory` whose peers and trainers are actors on the workers of `client`'s cluster.
 
-    here: the coordinator's worker (trainers share it when no worker is free); coordinator: the
-    "host:port" where the coordinator serves trainers (labkit/runtime/sockets.py)."""
+    host: this process's address toward the cluster (its DHT node listens there); coordinator: the
+    "host:port" where the coordinator serves trainers (labkit/runtime/sockets.py); t0_wall: when
+    the run started, on the wall clock every worker shares."""
 
-    def __init__(self, cfg: RunConfig, *, client: Client, run_id: str, here: str, coordinator: str) -> None:
-        self.cfg, self.client, self.run_id, self.here, self.coordinator_address = cfg, client, run_id, here, coordinator
-        self.t0_wall = time.time()
-        self.directory = StageDirectory(node_for(run_id, [], self.here), run_id, cfg.stages)
+    def __init__(self, cfg: RunConfig, *, client: Client, run_id: str, host: str, coordinator: str,
+                 t0_wall: float) -> None:
+        self.cfg, self.client, self.run_id, self.coordinator_address = cfg, client, run_id, coordinator
+        self.t0_wall = t0_wall
+        self.directory = StageDirectory(DhtNode([], host), run_id, cfg.stages)
         self.dht_peers = self.directory.node.maddrs()
         self.coordinator: Coordinator | None = None
         self._announced: dict[str, dict[str, Any]] = {}
         self._last_seen: dict[str, float] = {}
-        self._placed: dict[str, str] = {self.here: "coordinator"}  # worker address -> what runs there
+        self._placed: dict[str, str] = {}  # worker address -> what runs there
         self._initial_workers = set(cluster_workers(client))
         self._placing = threading.Lock()
         self._joining: set[str] = set()  # workers that joined mid-run, a peer starting on each
@@ -110,14 +113,14 @@ class DaskPeers:
         worker = peer_worker(workers, self._placed, self._initial_workers, stage_hosts)
         if worker is None:
             raise NoFreeWorker(f"no free Dask worker for a new peer: all {len(workers)} workers host a peer, a trainer "
-                               f"or the coordinator of this run; start another `dask worker` (with --resources GPU=1 "
+                               f"of this run; start another `dask worker` (with --resources GPU=1 "
                                f"on a GPU host) or use fewer peers")
         return worker
 
     def start_trainers(self, count: int) -> list[RemoteTrainer]:
-        """One trainer per free worker (CPU workers first); with too few, they share the coordinator's."""
+        """One trainer per free worker (CPU workers first); with too few, they share them."""
         trainers = []
-        for i, worker in enumerate(trainer_workers(cluster_workers(self.client), self._placed, count, self.here)):
+        for i, worker in enumerate(trainer_workers(cluster_workers(self.client), self._placed, count)):
             self._placed.setdefault(worker, f"t{i}")
             trainers.append(RemoteTrainer(self, f"t{i}", worker))
         return trainers
@@ -230,8 +233,8 @@ class DaskPeers:
             c.members.evict(what, reason)
 
     def _restart(self, trainer: RemoteTrainer) -> None:
-        """Start a lost trainer again, under its name, on a free worker (or the coordinator's)."""
-        worker, = trainer_workers(cluster_workers(self.client), self._placed, 1, self.here)
+        """Start a lost trainer again, under its name, on a free worker (or one it shares)."""
+        worker, = trainer_workers(cluster_workers(self.client), self._placed, 1)
         self._placed.setdefault(worker, trainer.name)
         trainer.worker = worker
         trainer.start()
@@ -283,8 +286,9 @@ class DaskPeers:
         c.emit(events.setting(c.clock(), name="worker_joined", value=f"{worker} serves {name}"))
 
     def close(self) -> None:
-        """Shut down every worker's DHT node of this run."""
+        """Shut down every worker's DHT node of this run, and this process's."""
         try:
             self.client.run(release, self.run_id)
         except Exception:
             pass
+        self.directory.node.shutdown()

@@ -2,8 +2,8 @@
 
 `workers` maps a worker's address to its scheduler info (its "resources" say whether it was
 started with `--resources GPU=1`; its "host", which machine it is on). Peers want a worker of
-their own, GPU workers first, spread over machines within a stage; the coordinator and trainers
-prefer CPU workers, leaving GPUs to peers.
+their own, GPU workers first, spread over machines within a stage; trainers prefer CPU workers,
+leaving GPUs to peers.
 """
 
 from __future__ import annotations
@@ -19,11 +19,6 @@ def has_gpu(info: Mapping[str, Any]) -> bool:
     return info.get("resources", {}).get("GPU", 0) > 0
 
 
-def coordinator_worker(workers: Workers) -> str:
-    """A CPU worker if there is one (by address, for a stable choice), else any."""
-    return min(workers, key=lambda w: (has_gpu(workers[w]), w))
-
-
 def peer_worker(workers: Workers, taken: Collection[str], initial: Collection[str],
                 stage_hosts: Collection[str] = ()) -> str | None:
     """A worker hosting nothing of the run: one that joined after the run started first (it came
@@ -37,8 +32,9 @@ def peer_worker(workers: Workers, taken: Collection[str], initial: Collection[st
     return min(free, key=lambda w: (w in initial, not has_gpu(workers[w]), crowd[workers[w].get("host")], w))
 
 
-def trainer_workers(workers: Workers, taken: Collection[str], count: int, fallback: str) -> list[str]:
+def trainer_workers(workers: Workers, taken: Collection[str], count: int) -> list[str]:
     """`count` workers for trainers: free CPU workers first, then free GPU workers; with too few,
-    the rest share `fallback` (the coordinator's worker)."""
+    the rest share them in turn (with none free, they share the CPU workers, then any)."""
     free = sorted((w for w in workers if w not in taken), key=lambda w: (has_gpu(workers[w]), w))
-    return [free[i] if i < len(free) else fallback for i in range(count)]
+    pool = free or sorted(workers, key=lambda w: (has_gpu(workers[w]), w))
+    return [pool[i % len(pool)] for i in range(count)]

@@ -1,4 +1,4 @@
-"""Peers and trainers as threads of this process: the in-process `PeerFactory` and its launcher.
+"""Peers and trainers as threads of this process: the in-process `PeerFactory`.
 
 A request to a peer goes on the peer's own queue (the in-process transport); trainers take work
 from the coordinator and find peers in its registry directly.
@@ -6,17 +6,13 @@ from the coordinator and find peers in its registry directly.
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
-
-import torch
 
 from labkit.config import RunConfig
 from labkit.data import Corpus, WindowSampler
 from labkit.model.assembly import stage_module
 from labkit.runtime.coordinator import Coordinator
-from labkit.runtime.local_run import LocalRun
 from labkit.runtime.peer import StagePeer
 from labkit.runtime.ports import PeerHandle
 from labkit.runtime.trainer import Trainer
@@ -25,16 +21,10 @@ from labkit.runtime.trainer import Trainer
 class ThreadPeers:
     """A `PeerFactory` whose peers and trainers are threads of this process."""
 
-    def __init__(self, cfg: RunConfig, corpus: Corpus) -> None:
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+    def __init__(self, cfg: RunConfig, corpus: Corpus, clock: Callable[[], float]) -> None:
         self.sampler = WindowSampler(corpus.train, cfg.model.seq_len, cfg.seed)
-        self._t0 = time.perf_counter()
+        self.clock = clock  # seconds since the run started
         self.coordinator: Coordinator | None = None
-
-    def clock(self) -> float:
-        """Seconds since the run started."""
-        return time.perf_counter() - self._t0
 
     def bind(self, coordinator: Coordinator) -> None:
         self.coordinator = coordinator
@@ -63,8 +53,3 @@ class ThreadPeers:
     def close(self) -> None:
         """Nothing outlives the peers here."""
 
-
-def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
-           trace: bool = False) -> LocalRun:
-    """Start `cfg` with every peer and trainer a thread of this process; returns its handle at once."""
-    return LocalRun(cfg, ThreadPeers, run_dir=run_dir, resume=resume, trace=trace)

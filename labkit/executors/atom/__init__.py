@@ -35,13 +35,14 @@ SPEC = ExecutorSpec(
     name=AtomConfig.name,
     title="ATOM: whole-model replicas swapping sub-models through a device memory budget",
     config=AtomConfig,
-    launch={"inprocess": "labkit.runtime.atom.run:launch", "dask": "labkit.backends.dask.atom_replicas:launch"},
+    launch={"inprocess": "labkit.executors.atom.run:launch", "dask": "labkit.executors.atom.dask:launch"},
     refused=REFUSED,
     charts=("swaps", "throughput", "loss"),  # replicas route no hops, queue nothing, send nothing
     form=(FormField("replicas", "int"), FormField("budget_mb", "optional_float"), FormField("accumulation", "int"),
           FormField("device", "choice", DEVICES), FormField("prefetch", "choice", (True, False))),
     staged=False,
     worker_word="replicas",
+    notice="ATOM run of whole-model replicas: the stage verbs are greyed out (their tooltips say why)",
     shape=lambda run: (f"ATOM, {run.executor.replicas} replicas on {run.executor.device}, "
                        f"C={run.executor.accumulation}"),
     workers=lambda run: run.executor.replicas,

@@ -22,7 +22,7 @@ SPEC = ExecutorSpec(
     name=SwarmConfig.name,
     title="SWARM: a pipeline of stages, each a swarm of peers; trainers route microbatches stochastically",
     config=SwarmConfig,
-    launch={"inprocess": "labkit.backends.inprocess:launch", "dask": "labkit.backends.dask:launch"},
+    launch={"inprocess": "labkit.executors.swarm.inprocess:launch", "dask": "labkit.executors.swarm.dask:launch"},
     charts=("routing", "loads", "timeline", "throughput", "loss", "traffic"),
     run_fields=("stages", "peers", "layer_split", "trainers", "compression.codec", "compression.boundary",
                 "compression.factor", "sync.mode", "sync.inner_steps", "sync.outer_lr", "sync.outer_momentum",
@@ -31,4 +31,5 @@ SPEC = ExecutorSpec(
     workers=lambda run: sum(run.peers_per_stage) + run.trainers + 1,
     held=stage_copies,
     in_flight=lambda run: run.trainers * run.inflight,
+    whatif=True,
 )

@@ -19,13 +19,16 @@ SPEC = ExecutorSpec(
     name=TaskPoolConfig.name,
     title="task pool: per stage, servers and unreliable clients; a pool takes over a lost client's work",
     config=TaskPoolConfig,
-    launch={"inprocess": "labkit.runtime.taskpool.run:launch", "dask": "labkit.backends.dask.taskpool_clients:launch"},
+    launch={"inprocess": "labkit.executors.taskpool.run:launch", "dask": "labkit.executors.taskpool.dask:launch"},
     refused=REFUSED,
-    charts=("taskpool", "routing", "timeline", "throughput", "loss"),  # clients queue nothing
+    charts=("pool", "routing", "timeline", "throughput", "loss"),  # clients queue nothing
     form=(FormField("frontal", "ints"), FormField("backward", "ints"), FormField("slack", "float"),
           FormField("grace", "float")),
     run_fields=("stages", "peers", "layer_split"),
     worker_word="clients",
+    server_roles=("frontal", "backward"),
+    notice=("task-pool run: each stage's clients behind its servers; Kill, slow and Add peer work on clients, the "
+            "other verbs are greyed out (their tooltips say why)"),
     shape=lambda run: f"{run.stages} stages x {list(run.peers_per_stage)} clients",
     workers=lambda run: sum(run.peers_per_stage),
     held=lambda run: stage_copies(run, extra=1),  # the servers shard one master copy between them

@@ -37,11 +37,11 @@ def test_a_task_pool_run_takes_its_servers_and_clients_from_the_plans_roles() ->
                 parts={"dp": 0.0, "pp": 0.5, "compute": 0.5})
     cfg = plan.run_config(RunConfig(model=ModelConfig(size="nano"), executor="taskpool"), max_peers_per_stage=2)
     assert (cfg.stages, cfg.peers_per_stage, cfg.layer_split) == (2, (2, 1), (3, 1))
-    assert (cfg.taskpool.frontal, cfg.taskpool.backward) == ((1, 1), (2, 1))
-    assert [cfg.taskpool.servers(s) for s in range(2)] == [(1, 2), (1, 1)]
+    assert (cfg.executor.frontal, cfg.executor.backward) == ((1, 1), (2, 1))
+    assert [cfg.executor.servers(s) for s in range(2)] == [(1, 2), (1, 1)]
     no_clients = Plan(method="dtfm", scenario="t", stages=(PlanStage(devices=("a",), layers=4),), links=(),
                       time=1.0, parts={"dp": 0.0, "pp": 0.5, "compute": 0.5})
     with pytest.raises(ConfigError, match="no frontal device in stage 0.*labkit plan --method cluster"):
         no_clients.run_config(RunConfig(model=ModelConfig(size="nano"), stages=1, peers=1, executor="taskpool"))
     with pytest.raises(ConfigError, match=r"taskpool.frontal=\(1, 1\) is not allowed: one number, or one per stage \(3\)"):
-        RunConfig(model=ModelConfig(size="nano"), stages=3, executor="taskpool", taskpool=cfg.taskpool)
+        RunConfig(model=ModelConfig(size="nano"), stages=3, executor=cfg.executor)

@@ -22,15 +22,15 @@ from labkit.data import WindowSampler
 from labkit.model import Stage, build_stage
 from labkit.plan.atom_partition import least_budget, partition
 from labkit.plan.atom_profile import LayerCost
-from labkit.runtime.atom.profile import flow_bytes, measure_profile
-from labkit.runtime.atom.swap import SwapReplica, SwapSpan
+from labkit.executors.atom.profile import flow_bytes, measure_profile
+from labkit.executors.atom.swap import SwapReplica, SwapSpan
 from labkit.runtime.optim import apply_step, make_optimizer
 from labkit.swarm.ledger import Task
 
 
 def accumulation(cfg: RunConfig) -> int:
     """C in effect: an iteration never takes more microbatches than a step has."""
-    return min(cfg.atom.accumulation, cfg.microbatches_per_step)
+    return min(cfg.executor.accumulation, cfg.microbatches_per_step)
 
 
 def device_budget(cfg: RunConfig, profile: tuple[LayerCost, ...]) -> tuple[int, int]:
@@ -39,11 +39,11 @@ def device_budget(cfg: RunConfig, profile: tuple[LayerCost, ...]) -> tuple[int, 
     c = accumulation(cfg)
     flow = math.ceil(flow_bytes(profile, c, target_bytes=cfg.microbatch * cfg.model.seq_len * 8))  # int64 targets
     least = math.ceil(least_budget(profile, c, together=True))
-    if cfg.atom.budget_mb is None:
+    if cfg.executor.budget_mb is None:
         return flow + least, least
-    budget = int(cfg.atom.budget_mb * 1e6)
+    budget = int(cfg.executor.budget_mb * 1e6)
     if budget < flow + least:
-        raise ValueError(f"atom.budget_mb={cfg.atom.budget_mb} is not allowed: at accumulation={c} "
+        raise ValueError(f"atom.budget_mb={cfg.executor.budget_mb} is not allowed: at accumulation={c} "
                          f"and microbatch={cfg.microbatch} the activations in flight need {flow / 1e6:.3f} MB and the "
                          f"smallest partition of this profile {least / 1e6:.3f} MB more: budget_mb >= "
                          f"{(flow + least) / 1e6:.3f} works (or None, that least budget)")
@@ -84,7 +84,7 @@ class ReplicaEngine:
         self.optimizer = make_optimizer(self.model.parameters(), cfg)
         if state.get("optimizer") is not None:
             self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
-        self.swap = SwapReplica(self.model, plan.sizes, device, plan.budget, cfg.atom.prefetch, clock, on_span)
+        self.swap = SwapReplica(self.model, plan.sizes, device, plan.budget, cfg.executor.prefetch, clock, on_span)
         self.round_samples = 0  # samples accumulated since the last step: the replica's heartbeat count
         self._scale = 1.0 / (cfg.model.seq_len * cfg.global_batch)
 

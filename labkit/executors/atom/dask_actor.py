@@ -23,8 +23,8 @@ from labkit.backends.dask.peer_actor import announce_loop, gpu_worker
 from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig
 from labkit.data import WindowSampler, load_corpus
-from labkit.runtime.atom.engine import ReplicaEngine, plan_submodels
-from labkit.runtime.atom.swap import SwapSpan
+from labkit.executors.atom.engine import ReplicaEngine, plan_submodels
+from labkit.executors.atom.swap import SwapSpan
 from labkit.swarm.ledger import Task
 
 

@@ -36,7 +36,7 @@ class StageServers:
     """Stage `stage`'s FS and BS: its `StagePool`, the pass's tensors and the master parameters."""
 
     def __init__(self, cfg: RunConfig, stage: int, state: dict[str, Any]) -> None:
-        tp = cfg.taskpool
+        tp = cfg.executor
         self.cfg, self.stage, self.samples = cfg, stage, cfg.microbatch
         frontal, backward = tp.servers(stage)
         self.pool = StagePool(cfg.microbatch, [f"s{stage}fs{i}" for i in range(frontal)],

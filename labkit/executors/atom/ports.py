@@ -29,6 +29,8 @@ class ReplicaPort(Protocol):
 class ReplicaHost(Protocol):
     """Where replicas live: in this process, or as actors on the workers of a Dask cluster."""
 
+    dashboard: str | None  # where its workers are watched (Dask's dashboard), if anywhere
+
     def spawn(self, name: str, state: Mapping[str, Any] | None, source: ReplicaPort | None, step: int) -> ReplicaPort:
         """Start replica `name` from `state`, or from a copy of live replica `source`'s."""
 

@@ -22,10 +22,10 @@ import torch
 from labkit import events
 from labkit.config import RunConfig
 from labkit.data import WindowSampler
-from labkit.runtime.core_run import fail_core
-from labkit.runtime.taskpool.client import Client
-from labkit.runtime.taskpool.ports import ClientHost, ClientLost
-from labkit.runtime.taskpool.servers import StageServers
+from labkit.runtime.core import fail_core
+from labkit.executors.taskpool.client import Client
+from labkit.executors.taskpool.ports import ClientHost, ClientLost
+from labkit.executors.taskpool.servers import StageServers
 from labkit.taskpool import Task
 
 MONITOR_PERIOD = 0.1  # seconds between checks for overdue clients
@@ -37,6 +37,7 @@ class TaskPoolCore:
     def __init__(self, cfg: RunConfig, sampler: WindowSampler, emit: Callable[[events.Event], None],
                  clock: Callable[[], float], states: Sequence[dict[str, Any]], host: ClientHost, step: int = 0) -> None:
         self.cfg, self.sampler, self.emit, self.clock, self.host = cfg, sampler, emit, clock, host
+        self.dashboard = host.dashboard  # where the clients' workers are watched, if anywhere
         self.stages = [StageServers(cfg, s, states[s]) for s in range(cfg.stages)]
         self.cond = threading.Condition()
         self.step = step
@@ -75,13 +76,11 @@ class TaskPoolCore:
     def live(self, stage: int) -> list[str]:
         return [n for n, c in self.clients.items() if c.alive and c.stage == stage]
 
-    def add(self, stage: int | None) -> str:
-        """A client joins `stage` (None: the stage with the fewest live clients)."""
+    def add_peer(self, stage: int | None) -> str:
+        """A client joins `stage` (None: the stage with the fewest live clients; the handle checked it)."""
         with self.cond:
             if stage is None:
                 stage = min(range(self.cfg.stages), key=lambda s: (len(self.live(s)), s))
-            elif not (isinstance(stage, int) and 0 <= stage < self.cfg.stages):
-                raise ValueError(f"stage={stage!r} is not allowed: None or an integer in [0, {self.cfg.stages})")
             return self._join(stage)
 
     def _client(self, name: str) -> Client:
@@ -91,7 +90,7 @@ class TaskPoolCore:
                              f"{[n for n, c in self.clients.items() if c.alive]}")
         return client
 
-    def kill(self, name: str) -> None:
+    def kill_peer(self, name: str) -> None:
         """A client vanishes: everything it held or was given goes to the pool."""
         with self.cond:
             client = self._client(name)
@@ -114,7 +113,7 @@ class TaskPoolCore:
                   | {"reason": reason, "pooled_samples": sum(w.samples for w in posted)})
         self.cond.notify_all()
 
-    def set_delay(self, name: str, seconds: float) -> None:
+    def set_peer_delay(self, name: str, seconds: float) -> None:
         """Make client `name` hold every result `seconds` longer (a slow device)."""
         with self.cond:
             self._client(name).delay = float(seconds)
@@ -244,7 +243,7 @@ class TaskPoolCore:
         self.emit(events.step(self.clock(), step=self.step, loss=loss, samples=self.cfg.global_batch,
                               tokens=self.cfg.global_batch * self.cfg.model.seq_len) | {"stage_samples": counted})
         for servers in self.stages:  # the pool's counters, for the lab and the tests
-            self.emit(events.setting(self.clock(), name="taskpool", value={"stage": servers.stage, **servers.pool.stats()}))
+            self.emit(events.setting(self.clock(), name="pool", value={"stage": servers.stage, **servers.pool.stats()}))
         for hook in self.step_hooks:
             hook(self.step)
         if self.step >= self.cfg.steps:
@@ -282,10 +281,14 @@ class TaskPoolCore:
         """Release where the clients lived (a Dask cluster)."""
         self.host.close()
 
-    def stage_states(self) -> list[dict[str, Any]]:
-        """Every stage's master parameters and optimizer state."""
+    def committed(self) -> tuple[RunConfig, list[dict[str, Any]]]:
+        """The run's config and every stage's master parameters and optimizer state."""
         with self.cond:
-            return [servers.state() for servers in self.stages]
+            return self.cfg, [servers.state() for servers in self.stages]
+
+    def consistent(self) -> bool:
+        """The servers hold the committed state after every pass."""
+        return True
 
     def state(self) -> dict[str, Any]:
         with self.cond:

@@ -21,7 +21,7 @@ import torch
 from labkit.config import RunConfig
 from labkit.model import Stage
 from labkit.model.assembly import stage_module
-from labkit.runtime.taskpool.ports import ClientPort
+from labkit.executors.taskpool.ports import ClientPort
 from labkit.taskpool import Task
 
 
@@ -83,6 +83,8 @@ class StageClient:
 
 class LocalClients:
     """Clients as computers in this process (each fed by a thread of the run)."""
+
+    dashboard = None  # threads of this process: no dashboard
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg

@@ -16,8 +16,8 @@ import torch
 
 from labkit.model import Stage
 from labkit.plan.atom_profile import LayerCost
-from labkit.runtime.atom.device import DeviceBudget, Loader, nbytes
-from labkit.runtime.atom.layers import layer_names, layer_tensors, run_layer, skeleton
+from labkit.executors.atom.device import DeviceBudget, Loader, nbytes
+from labkit.executors.atom.layers import layer_names, layer_tensors, run_layer, skeleton
 
 
 def _timed(fn: Callable[[], object], device: torch.device, repeats: int) -> float:

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from labkit.model import Stage
-from labkit.runtime.atom.device import DeviceBudget, Loaded, Loader, nbytes
-from labkit.runtime.atom.layers import layer_names, run_submodel, skeleton, submodel_tensors
+from labkit.executors.atom.device import DeviceBudget, Loaded, Loader, nbytes
+from labkit.executors.atom.layers import layer_names, run_submodel, skeleton, submodel_tensors
 
 
 class Interrupted(RuntimeError):

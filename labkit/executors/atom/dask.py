@@ -18,17 +18,17 @@ from typing import Any
 import torch
 
 from labkit import events
-from labkit.backends.dask.atom_actor import ReplicaActor
+from labkit.executors.atom.dask_actor import ReplicaActor
 from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
 from labkit.backends.dask.dht import DhtNode, StageDirectory, host_toward, join, release
 from labkit.backends.dask.remote import START_TIMEOUT
 from labkit.config import RunConfig
 from labkit.data import Corpus
-from labkit.runtime.atom.engine import swap_event
-from labkit.runtime.atom.ports import ReplicaLost, ReplicaPort
-from labkit.runtime.atom.run import launch as launch_atom
-from labkit.runtime.core_run import CoreRun
-from labkit.runtime.atom.swap import Interrupted
+from labkit.executors.atom.engine import swap_event
+from labkit.executors.atom.ports import ReplicaLost, ReplicaPort
+from labkit.executors.atom.run import launch as launch_atom
+from labkit.runtime.run import Run
+from labkit.executors.atom.swap import Interrupted
 from labkit.swarm.ledger import Task
 
 
@@ -80,6 +80,7 @@ class DaskReplicas:
         self.cfg, self.emit, self.clock, self.t0_wall = cfg, emit, clock, time.time() - clock()
         self.fleet = ActorFleet(cfg, scheduler, host, ReplicaLost)
         client, self.run_id = self.fleet.client, self.fleet.run_id
+        self.dashboard = client.dashboard_link
         # the run's first DHT node: here, on the interface that reaches the scheduler (and so the workers)
         self.directory = StageDirectory(DhtNode([], host_toward(client.scheduler.address)), self.run_id, 1)
         self.dht_peers = self.directory.node.maddrs()
@@ -113,7 +114,7 @@ class DaskReplicas:
 
 
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
-           scheduler: str | None = None, host: str = "127.0.0.1", trace: bool = False) -> CoreRun:
+           scheduler: str | None = None, host: str = "127.0.0.1", trace: bool = False) -> Run:
     """Start an ATOM run whose replicas are actors on a Dask cluster; returns its handle at once."""
     return launch_atom(cfg, run_dir=run_dir, resume=resume, trace=trace,
                        hosts=partial(DaskReplicas, scheduler=scheduler, host=host))

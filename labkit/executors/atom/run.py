@@ -19,33 +19,18 @@ import torch
 from labkit import events
 from labkit.config import RunConfig
 from labkit.data import Corpus
-from labkit.runtime.atom.local import LocalReplicas
-from labkit.runtime.atom.replicas import AtomReplicas
-from labkit.runtime.core_run import CoreRun
-
-WHY_NOT = {
-    "move_peer": "every replica holds the whole model: there is no stage to move it to",
-    "rebalance": "every replica holds the whole model: there are no stages to balance",
-    "set_layer_split": "sub-models are cut by the partition search, not by a layer split",
-    "set_peer_delay": "replicas take work at their own pace: a slow one simply processes fewer microbatches",
-    "set_compression": "replicas send nothing between layers: there is no wire codec",
-    "set_sync": "replicas always average at the global batch (ATOM's rule)",
-}
-
+from labkit.executors.atom.local import LocalReplicas
+from labkit.executors.atom.replicas import AtomReplicas
+from labkit.runtime.run import Run
 
 HostFactory = Callable[[RunConfig, Corpus, Mapping[str, Any], Callable[[events.Event], None], Callable[[], float]], Any]
 
 
-def one_stage(cfg: RunConfig) -> RunConfig:
-    """`cfg` as one stage holding the whole model: how an ATOM run evaluates and checkpoints."""
-    return cfg.replace(stages=1, peers=1)
-
-
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
-           trace: bool = False, hosts: HostFactory = LocalReplicas) -> CoreRun:
+           trace: bool = False, hosts: HostFactory = LocalReplicas) -> Run:
     """Start an ATOM run whose replicas live where `hosts` puts them (threads of this process by
     default; `ReplicaHost` is the port); returns its handle at once."""
-    if hosts is LocalReplicas and cfg.atom.device == "cuda" and not torch.cuda.is_available():
+    if hosts is LocalReplicas and cfg.executor.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("atom.device='cuda' is not allowed here: torch.cuda.is_available() is False (a CPU "
                          "build of torch, or no GPU visible); use 'cpu'")
 
@@ -59,8 +44,7 @@ def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | P
             raise
 
     try:
-        return CoreRun(cfg, build, executor="atom", record_cfg=one_stage(cfg), why_not=WHY_NOT, run_dir=run_dir,
-                       resume=resume, trace=trace)
+        return Run(cfg, build, run_dir=run_dir, resume=resume, trace=trace)
     except ValueError as exc:
         raise ValueError(f"executor='atom' resumes a one-stage checkpoint (the whole model, as ATOM and "
                          f"one-stage SWARM runs write): {exc}") from None

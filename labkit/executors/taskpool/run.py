@@ -14,22 +14,13 @@ from typing import Any
 from labkit import events
 from labkit.config import RunConfig
 from labkit.data import Corpus, WindowSampler
-from labkit.runtime.core_run import CoreRun
-from labkit.runtime.taskpool.client import LocalClients
-from labkit.runtime.taskpool.core import TaskPoolCore
-from labkit.runtime.taskpool.ports import ClientHost
-
-WHY_NOT = {
-    "move_peer": "a client joins the stage it is added to: kill it and add_peer(stage) elsewhere",
-    "rebalance": "the frontal servers split every microbatch by the clients' compute: there is nothing to move",
-    "set_layer_split": "the servers' stages are fixed for the run",
-    "set_compression": "slices cross stages through the servers as they are: there is no wire codec",
-    "set_sync": "the servers aggregate every pass (the task pool paper's rule)",
-}
-
+from labkit.runtime.run import Run
+from labkit.executors.taskpool.client import LocalClients
+from labkit.executors.taskpool.core import TaskPoolCore
+from labkit.executors.taskpool.ports import ClientHost
 
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
-           trace: bool = False, clients: Callable[[RunConfig], ClientHost] = LocalClients) -> CoreRun:
+           trace: bool = False, clients: Callable[[RunConfig], ClientHost] = LocalClients) -> Run:
     """Start a task-pool run whose servers live in this process and whose clients live where
     `clients` puts them (computers fed by threads of this process by default); returns at once."""
     def build(cfg: RunConfig, corpus: Corpus, states: Sequence[Mapping[str, Any]], step: int,
@@ -42,5 +33,4 @@ def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | P
             host.close()
             raise
 
-    return CoreRun(cfg, build, executor="taskpool", record_cfg=cfg, why_not=WHY_NOT, run_dir=run_dir, resume=resume,
-                   trace=trace)
+    return Run(cfg, build, run_dir=run_dir, resume=resume, trace=trace)

@@ -22,9 +22,9 @@ from typing import Any
 
 from labkit import events
 from labkit.config import RunConfig
-from labkit.runtime.atom.ports import ReplicaHost, ReplicaLost, ReplicaPort
-from labkit.runtime.atom.swap import Interrupted
-from labkit.runtime.core_run import fail_core
+from labkit.executors.atom.ports import ReplicaHost, ReplicaLost, ReplicaPort
+from labkit.executors.atom.swap import Interrupted
+from labkit.runtime.core import fail_core
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import sum_over_peers
 
@@ -58,11 +58,12 @@ class AtomReplicas:
         self.diverged: str | None = None  # why the run stopped on a non-finite step, if it did
         self.error: BaseException | None = None
         self.step_hooks: list[Callable[[int], None]] = []  # called after each step, lock held
+        self.dashboard = host.dashboard  # where the replicas' workers are watched, if anywhere
         self.started = False  # start() was called: a joiner's thread starts at once
         self._boundary: threading.Thread | None = None
         self._numbers = itertools.count()
         self._disagree_since: float | None = None
-        for _ in range(cfg.atom.replicas):
+        for _ in range(cfg.executor.replicas):
             self._spawn(state, None)
 
     # -- membership ----------------------------------------------------------------------------
@@ -102,7 +103,7 @@ class AtomReplicas:
             raise ValueError(f"peer={name!r} is not allowed: one of the live replicas {[r.name for r in self.live()]}")
         return replica
 
-    def kill(self, name: str) -> None:
+    def kill_peer(self, name: str) -> None:
         """A replica leaves: its credits are withdrawn and its microbatches done again by others."""
         with self.cond:
             self._named(name)
@@ -133,7 +134,7 @@ class AtomReplicas:
                   | {"reason": reason, "lost_samples": lost})
         self.cond.notify_all()
 
-    def add(self, stage: int | None = None) -> str:
+    def add_peer(self, stage: int | None = None) -> str:
         """A replica joins: it copies a live replica's parameters and optimizer state, which only
         change at a step (taken under this lock), so it starts bit-identical."""
         if stage not in (None, 0):
@@ -148,10 +149,15 @@ class AtomReplicas:
     def step(self) -> int:
         return self.ledger.step
 
-    def stage_states(self) -> list[dict[str, Any]]:
-        """The committed state as one stage: a live replica's parameters and optimizer state."""
+    def committed(self) -> tuple[RunConfig, list[dict[str, Any]]]:
+        """The committed state as one stage holding the whole model: a live replica's parameters
+        and optimizer state (they change only at a step, under this lock)."""
         with self.cond:
-            return [self.live()[0].engine.state()]
+            return self.cfg.spec.record(self.cfg), [self.live()[0].engine.state()]
+
+    def consistent(self) -> bool:
+        """Every replica holds the committed state after every step."""
+        return True
 
     def close(self) -> None:
         """Release where the replicas lived (a Dask cluster, its DHT nodes)."""
@@ -193,7 +199,7 @@ class AtomReplicas:
 
     def _take(self) -> list[Task]:
         tasks = []
-        while len(tasks) < self.cfg.atom.accumulation and (task := self.ledger.next_task()) is not None:
+        while len(tasks) < self.cfg.executor.accumulation and (task := self.ledger.next_task()) is not None:
             tasks.append(task)
         return tasks
 

@@ -21,10 +21,10 @@ import torch
 from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
 from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig
-from labkit.runtime.core_run import CoreRun
-from labkit.runtime.taskpool.client import StageClient
-from labkit.runtime.taskpool.ports import ClientLost
-from labkit.runtime.taskpool.run import launch as launch_taskpool
+from labkit.runtime.run import Run
+from labkit.executors.taskpool.client import StageClient
+from labkit.executors.taskpool.ports import ClientLost
+from labkit.executors.taskpool.run import launch as launch_taskpool
 from labkit.taskpool import Task
 
 
@@ -76,6 +76,7 @@ class DaskClients:
     def __init__(self, cfg: RunConfig, *, scheduler: str | None, host: str) -> None:
         self.cfg = cfg
         self.fleet = ActorFleet(cfg, scheduler, host, ClientLost)
+        self.dashboard = self.fleet.client.dashboard_link
 
     def spawn(self, name: str, stage: int, params: Mapping[str, torch.Tensor]) -> RemoteClient:
         return RemoteClient(self.fleet.start(name, ClientActor, name, stage, self.cfg, dict(params)), self.fleet.free)
@@ -88,7 +89,7 @@ class DaskClients:
 
 
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
-           scheduler: str | None = None, host: str = "127.0.0.1", trace: bool = False) -> CoreRun:
+           scheduler: str | None = None, host: str = "127.0.0.1", trace: bool = False) -> Run:
     """Start a task-pool run whose clients are actors on a Dask cluster; returns its handle at once."""
     return launch_taskpool(cfg, run_dir=run_dir, resume=resume, trace=trace,
                            clients=partial(DaskClients, scheduler=scheduler, host=host))

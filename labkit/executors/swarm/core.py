@@ -1,0 +1,102 @@
+"""SWARM's core: the coordinator (ledger, membership, sync schedule, step boundary), as the one
+run shell drives it. The peers and trainers are wherever the coordinator's `PeerFactory` puts them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from labkit.config import RunConfig, SyncConfig
+from labkit.runtime.coordinator import Coordinator
+
+
+class SwarmCore:
+    """A `RunCore` over `coordinator`; `on_close` releases what the backend holds for it."""
+
+    def __init__(self, coordinator: Coordinator, dashboard: str | None = None,
+                 on_close: tuple[Callable[[], Any], ...] = ()) -> None:
+        self.c, self.dashboard, self._on_close = coordinator, dashboard, on_close
+
+    @property
+    def cond(self) -> threading.Condition:
+        return self.c.cond
+
+    @property
+    def stopping(self) -> bool:
+        return self.c.stopping
+
+    @property
+    def finished(self) -> threading.Event:
+        return self.c.finished
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.c.error
+
+    @property
+    def diverged(self) -> str | None:
+        return self.c.diverged
+
+    @property
+    def step_hooks(self) -> list[Callable[[int], None]]:
+        return self.c.step_hooks
+
+    @property
+    def step(self) -> int:
+        return self.c.ledger.step
+
+    def committed(self) -> tuple[RunConfig, list[dict[str, Any]]]:
+        """The config with the layer split and sync mode in force, and every stage's committed state."""
+        return self.c.cfg.replace(sync=self.c.schedule.cfg), list(self.c.snapshots)
+
+    def consistent(self) -> bool:
+        """With DiLoCo, only at an outer-step boundary does every peer hold the global parameters."""
+        return self.c.schedule.inner == 0
+
+    def start(self) -> None:
+        self.c.start()
+
+    def stop(self) -> None:
+        self.c.stop()
+
+    def join(self, timeout: float) -> None:
+        self.c.join(timeout)
+
+    def close(self) -> None:
+        for release in self._on_close:
+            try:
+                release()
+            except Exception:  # already gone: nothing to release
+                pass
+
+    def state(self) -> dict[str, Any]:
+        return self.c.state()
+
+    # -- the verbs -------------------------------------------------------------------------------
+    def kill_peer(self, name: str) -> None:
+        self.c.members.kill_peer(name)
+
+    def add_peer(self, stage: int | None) -> str:
+        return self.c.members.add_peer(stage)
+
+    def move_peer(self, name: str, stage: int) -> str:
+        return self.c.members.move_peer(name, stage)
+
+    def rebalance(self) -> str | None:
+        return self.c.members.rebalance()
+
+    def set_layer_split(self, split: tuple[int, ...]) -> None:
+        self.c.set_layer_split(split)
+
+    def set_peer_delay(self, name: str, seconds: float) -> None:
+        self.c.set_peer_delay(name, seconds)
+
+    def peer_state(self, name: str) -> dict[str, Any]:
+        return self.c.peer_state(name)
+
+    def set_compression(self, codec: str) -> None:
+        self.c.set_compression(codec)
+
+    def set_sync(self, sync: SyncConfig) -> None:
+        self.c.set_sync(sync)

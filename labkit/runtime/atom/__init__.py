@@ -1,1 +1,0 @@
-"""ATOM: whole-model replicas that swap sub-models through a small device budget."""

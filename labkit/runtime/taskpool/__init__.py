@@ -1,1 +1,0 @@
-"""The task pool paper's parameter-server pipeline with a task pool, run in this process (see `core`)."""
