@@ -36,6 +36,8 @@ SPEC = ExecutorSpec(
     refused=REFUSED,
     charts=("timeline", "throughput", "loss"),  # its peers queue nothing and route nothing; the bubble shows as gaps
     form=(FormField("schedule", "choice", SCHEDULES),),
+    notice=("synchronous pipeline: fixed lanes, no rerouting; Kill, slow and Add peer work, and a killed peer stalls "
+            "every lane until a replacement is added; the other verbs are greyed out (their tooltips say why)"),
     run_fields=("stages", "peers", "layer_split", "compression.codec", "compression.boundary", "compression.factor"),
     shape=lambda run: (f"{run.stages} stages x {run.peers_per_stage[0]} lanes, "
                        f"{run.executor.schedule} schedule"),

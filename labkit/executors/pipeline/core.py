@@ -1,4 +1,4 @@
-"""The synchronous pipeline's core: the state machine a run drives (a `RunCore`, see runtime/core_run.py).
+"""The synchronous pipeline's core: the state machine the run shell drives (a `RunCore`, see runtime/core.py).
 
 Fixed wiring: `slots[stage][lane]` is the peer of each lane at each stage. One driver thread takes
 step after step: it waits until every slot has a live peer, runs an `Attempt` (every lane's
@@ -24,7 +24,7 @@ from labkit.executors.pipeline.lanes import Attempt, Broken, Outcome
 from labkit.executors.pipeline.peers import Peer, StageHost, kept
 from labkit.executors.pipeline.schedule import BACKWARD, bubble
 from labkit.model.partition import stage_bounds
-from labkit.runtime.core_run import fail_core
+from labkit.runtime.core import fail_core
 from labkit.runtime.peer import PeerDied
 
 
@@ -35,7 +35,7 @@ class PipelineCore:
                  clock: Callable[[], float], states: Sequence[dict[str, Any]], host: StageHost, step: int = 0) -> None:
         self.cfg, self.sampler, self.emit, self.clock, self.host = cfg, sampler, emit, clock, host
         self.lanes = cfg.peers_per_stage[0]
-        self.committed = [dict(s) for s in states]  # what a replacement loads: the state after the last step
+        self._committed = [dict(s) for s in states]  # what a replacement loads: the state after the last step
         self.slots: list[list[Peer | None]] = [[None] * self.lanes for _ in range(cfg.stages)]
         self.peers: dict[str, Peer] = {}
         self.cond = threading.Condition()
@@ -45,6 +45,7 @@ class PipelineCore:
         self.last_loss: float | None = None
         self.diverged: str | None = None  # why the run stopped on a non-finite loss, if it did
         self.error: BaseException | None = None
+        self.dashboard = host.dashboard  # where the peers' workers are watched, if anywhere
         self.step_hooks: list[Callable[[int], None]] = []  # called after each step, lock held
         self._thread: threading.Thread | None = None
         self._attempt: Attempt | None = None
@@ -56,7 +57,7 @@ class PipelineCore:
                 for stage, lane in itertools.product(range(cfg.stages), range(self.lanes)):
                     self._join(stage, lane)
             # with an optimizer state even at step 0, so a recovery resets an optimizer that stepped
-            self.committed = [kept(row[0].port.request("state")) for row in self.slots]
+            self._committed = [kept(row[0].port.request("state")) for row in self.slots]
         except BaseException:
             self.close()
             raise
@@ -66,7 +67,7 @@ class PipelineCore:
     def _join(self, stage: int, lane: int) -> str:
         """(lock held) A new peer takes `lane` of `stage`, holding the stage's committed state."""
         name = f"s{stage}p{next(self._numbers[stage])}"
-        peer = Peer(name, stage, lane, self.host.spawn(name, stage, self.committed[stage]))
+        peer = Peer(name, stage, lane, self.host.spawn(name, stage, self._committed[stage]))
         self.slots[stage][lane] = self.peers[name] = peer
         self.emit(events.peer(self.clock(), peer=name, stage=stage, state="joined", queue=0) | {"lane": lane})
         self.cond.notify_all()
@@ -77,7 +78,7 @@ class PipelineCore:
         return [(s, lane) for s, row in enumerate(self.slots) for lane, peer in enumerate(row)
                 if peer is None and stage in (None, s)]
 
-    def add(self, stage: int | None) -> str:
+    def add_peer(self, stage: int | None) -> str:
         """A replacement takes the first empty lane of `stage` (None: of the first stage with one)."""
         with self.cond:
             if stage is not None and not (isinstance(stage, int) and 0 <= stage < self.cfg.stages):
@@ -96,7 +97,7 @@ class PipelineCore:
                              f"{[n for n, p in self.peers.items() if p.alive]}")
         return peer
 
-    def kill(self, name: str) -> None:
+    def kill_peer(self, name: str) -> None:
         """Peer `name` crashes: the pipeline stalls until `add_peer` replaces it."""
         with self.cond:
             self._lose(self._live(name), "killed")
@@ -123,7 +124,7 @@ class PipelineCore:
                                  f"{peer.lane}) {reason}: the pipeline waits for add_peer({peer.stage})"))
         self.cond.notify_all()
 
-    def set_delay(self, name: str, seconds: float) -> None:
+    def set_peer_delay(self, name: str, seconds: float) -> None:
         """Make peer `name` hold every data request `seconds` longer (a slow device)."""
         with self.cond:
             peer = self._live(name)
@@ -182,7 +183,7 @@ class PipelineCore:
         """One answered request as a hop of lane `lane` (the last stage's one request counts as a forward)."""
         self.emit(events.hop(self.clock(), trainer=f"lane{lane}", stage=stage, peer=peer, nbytes=nbytes,
                              direction="backward" if kind == BACKWARD else "forward", seconds=seconds,
-                             microbatch=mb) | {"kind": kind})
+                             microbatch=mb) | {"op": kind})
 
     def _apply(self, attempt: Attempt) -> tuple[list[dict[str, Any]], list[int]]:
         """Sum each stage's gradients over its lanes and step every replica with the sum; returns the
@@ -213,7 +214,7 @@ class PipelineCore:
         """A broken attempt: every live peer drops its stash and gradient sums, and goes back to the
         committed state if the attempt's optimizer steps had begun."""
         with self.cond:
-            live, committed, applying = [p for p in self.peers.values() if p.alive], self.committed, self._applying
+            live, committed, applying = [p for p in self.peers.values() if p.alive], self._committed, self._applying
             self._attempt, self._applying = None, False
         for peer in live:
             try:
@@ -227,7 +228,7 @@ class PipelineCore:
     def _commit(self, outcome: Outcome, loss: float, states: list[dict[str, Any]], counted: list[int]) -> None:
         with self.cond:
             self._attempt, self._applying = None, False
-            self.committed = states
+            self._committed = states
             self.step += 1
             self.last_loss = loss
             tokens = self.cfg.global_batch * self.cfg.model.seq_len
@@ -270,10 +271,14 @@ class PipelineCore:
                     peer.port.kill()
         self.host.close()
 
-    def stage_states(self) -> list[dict[str, Any]]:
-        """Every stage's committed parameters and optimizer state."""
+    def committed(self) -> tuple[RunConfig, list[dict[str, Any]]]:
+        """The run's config and every stage's committed parameters and optimizer state."""
         with self.cond:
-            return [dict(s) for s in self.committed]
+            return self.cfg, [dict(s) for s in self._committed]
+
+    def consistent(self) -> bool:
+        """Every committed step is a whole synchronous step."""
+        return True
 
     def state(self) -> dict[str, Any]:
         with self.cond:

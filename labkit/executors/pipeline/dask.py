@@ -21,7 +21,7 @@ from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig
 from labkit.executors.pipeline.peers import stage_peer
 from labkit.executors.pipeline.run import launch as launch_pipeline
-from labkit.runtime.core_run import CoreRun
+from labkit.runtime.run import Run
 from labkit.runtime.peer import PeerDied
 
 
@@ -72,6 +72,7 @@ class DaskStages:
     def __init__(self, cfg: RunConfig, *, scheduler: str | None, host: str) -> None:
         self.cfg = cfg
         self.fleet = ActorFleet(cfg, scheduler, host, PeerDied)
+        self.dashboard = self.fleet.client.dashboard_link
 
     def spawn(self, name: str, stage: int, state: dict[str, Any]) -> RemoteStage:
         return RemoteStage(self.fleet.start(name, StageActor, name, stage, self.cfg, dict(state)), self.fleet.free)
@@ -84,7 +85,7 @@ class DaskStages:
 
 
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
-           scheduler: str | None = None, host: str = "127.0.0.1", trace: bool = False) -> CoreRun:
+           scheduler: str | None = None, host: str = "127.0.0.1", trace: bool = False) -> Run:
     """Start a pipeline run whose peers are actors on a Dask cluster; returns its handle at once."""
     return launch_pipeline(cfg, run_dir=run_dir, resume=resume, trace=trace,
                            hosts=partial(DaskStages, scheduler=scheduler, host=host))

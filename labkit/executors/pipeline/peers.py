@@ -35,6 +35,8 @@ class StagePort(Protocol):
 class StageHost(Protocol):
     """Where a run's peers live: threads of this process, or actors on the workers of a Dask cluster."""
 
+    dashboard: str | None  # where its workers are watched (Dask's dashboard), if anywhere
+
     def spawn(self, name: str, stage: int, state: dict[str, Any]) -> StagePort:
         """Start peer `name` of `stage` holding `state` (parameters and optimizer state)."""
 
@@ -72,6 +74,8 @@ class LocalStage:
 
 class LocalStages:
     """Peers as `StagePeer`s of this process, each served by a thread of its own."""
+
+    dashboard = None  # threads of this process: no dashboard
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg

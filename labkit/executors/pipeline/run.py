@@ -9,14 +9,13 @@ from typing import Any
 from labkit import events
 from labkit.config import RunConfig
 from labkit.data import Corpus, WindowSampler
-from labkit.executors.pipeline import REFUSED
 from labkit.executors.pipeline.core import PipelineCore
 from labkit.executors.pipeline.peers import LocalStages, StageHost
-from labkit.runtime.core_run import CoreRun
+from labkit.runtime.run import Run
 
 
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
-           trace: bool = False, hosts: Callable[[RunConfig], StageHost] = LocalStages) -> CoreRun:
+           trace: bool = False, hosts: Callable[[RunConfig], StageHost] = LocalStages) -> Run:
     """Start a pipeline run whose peers live where `hosts` puts them (threads of this process by
     default); returns its handle at once. Its checkpoints have the run's stages, so a SWARM run of
     the same shape resumes them, and it resumes theirs."""
@@ -25,5 +24,4 @@ def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | P
         sampler = WindowSampler(corpus.train, cfg.model.seq_len, cfg.seed)
         return PipelineCore(cfg, sampler, emit, clock, [dict(s) for s in states], hosts(cfg), step)
 
-    return CoreRun(cfg, build, executor="pipeline", record_cfg=cfg, why_not=REFUSED, run_dir=run_dir, resume=resume,
-                   trace=trace)
+    return Run(cfg, build, run_dir=run_dir, resume=resume, trace=trace)
