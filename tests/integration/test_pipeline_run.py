@@ -9,6 +9,10 @@ its lanes): ~1e-15 relative per step in float64; 1e-10 absolute holds over a few
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -176,3 +180,25 @@ def test_a_peer_killed_while_the_replicas_step_sends_every_peer_back_to_the_comm
         run.stop()
     assert summary["status"] == "finished", summary
     assert_equals_reference(run, CFG)
+
+
+def _labkit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`labkit` in a subprocess, importing this checkout's labkit (not an installed one)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(labkit.__file__).parents[1])}
+    return subprocess.run([sys.executable, "-m", "labkit.cli.main", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_labkit_train_runs_the_pipeline_and_refuses_unequal_lanes_in_one_line(tmp_path: Path) -> None:
+    out = _labkit("train", "--executor", "pipeline", "--schedule", "gpipe", "--steps", "3", "--seq-len", "32",
+                  "--global-batch", "16", "--microbatch", "4", "--eval-every", "0", "--no-progress", "--run-dir", "run",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "2 stages x 2 lanes, gpipe schedule" in out.stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 3
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["executor"] == {"name": "pipeline", "schedule": "gpipe"}
+    bad = _labkit("train", "--executor", "pipeline", "--peers", "2,1", cwd=tmp_path)
+    lines = bad.stderr.strip().splitlines()
+    assert bad.returncode == 2 and len(lines) == 1 and "RunConfig.peers=(2, 1) is not allowed" in lines[0], bad.stderr
