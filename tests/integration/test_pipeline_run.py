@@ -1,7 +1,8 @@
 """The synchronous pipeline (executor='pipeline') in-process: it equals the single-process loop in
 float64 for every shape and both schedules; a killed peer stalls it until add_peer replaces it,
-and the step in progress is recomputed from its start (the run still equals the loop); what it
-cannot do is refused with one clear error.
+and the step in progress is recomputed from its start (the run still equals the loop), also when
+the kill lands while the replicas step; what it cannot do is refused with one clear error; the
+lab's form and `labkit train --executor pipeline` launch it.
 
 Tolerance: as in test_equivalence.py, the pipeline and the reference differ only in the order the
 global batch's microbatch gradients are added up (each lane sums its share, then the stage sums
@@ -19,13 +20,16 @@ import pytest
 import torch
 
 import labkit
+import labkit.lab
 from labkit.config import ConfigError, ModelConfig, RunConfig, SyncConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.executors.pipeline.config import PipelineConfig
 from labkit.executors.pipeline.peers import LocalStage, LocalStages
 from labkit.executors.pipeline.run import launch as launch_pipeline
+from labkit.executors.registry import SPECS
 from labkit.model import assemble
 from labkit.runtime.reference import reference_model, train_reference
+from tests.waiting import wait_until
 
 CFG = RunConfig(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=2, global_batch=16,
                 microbatch=4, steps=4, eval_every=0, eval_batches=2, executor="pipeline")
@@ -202,3 +206,34 @@ def test_labkit_train_runs_the_pipeline_and_refuses_unequal_lanes_in_one_line(tm
     bad = _labkit("train", "--executor", "pipeline", "--peers", "2,1", cwd=tmp_path)
     lines = bad.stderr.strip().splitlines()
     assert bad.returncode == 2 and len(lines) == 1 and "RunConfig.peers=(2, 1) is not allowed" in lines[0], bad.stderr
+
+
+def test_the_form_launches_a_pipeline_whose_panel_kills_and_replaces_a_peer_from_its_rows() -> None:
+    lab = labkit.lab.Lab(defaults=CFG.replace(model=ModelConfig(size="nano", seq_len=32), steps=5000), hz=4)
+    lab.form.fields["executor"].value = "pipeline"
+    lab.form.fields["pipeline.schedule"].value = "gpipe"
+    lab.form.launch_button.click()
+    run = lab.wait_attached(timeout=120)
+    try:
+        assert run.config.executor == PipelineConfig(schedule="gpipe")
+        assert set(lab.view.charts.boxes) == set(SPECS["pipeline"].charts)
+        run.wait_for(step=2, timeout=120)
+        wait_until(lambda: set(lab.controls.rows) == {"s0p0", "s0p1", "s1p0", "s1p1"}, 30, "the peers in the table")
+        controls = lab.controls
+        assert controls.rows["s1p1"].move.disabled and not controls.rows["s1p1"].kill.disabled
+        assert controls.rows["s1p1"].move.tooltip.startswith("not with executor='pipeline': the wiring is fixed")
+        controls.rows["s1p1"].kill.click()
+        controls.pending().result(60)
+        run.wait_for(event={"type": "run", "state": "paused"}, timeout=60)
+        controls.add_stage.value = 1
+        controls.add_button.click()
+        assert controls.pending().result(60) == "s1p2"
+        run.wait_for(event={"type": "run", "state": "resumed"}, timeout=60)
+        wait_until(lambda: "s1p2" in {r["peer"] for r in lab.view.charts.spec("timeline")["datasets"]["timeline"]},
+                   30, "the replacement's requests in the timeline chart")
+        wait_until(lambda: set(controls.rows) == {"s0p0", "s0p1", "s1p0", "s1p2"}, 30, "the table to follow the peers")
+        controls.stop_button.click()
+        assert run.wait(60)["status"] == "stopped"
+    finally:
+        run.stop()
+        lab.close()
