@@ -48,16 +48,17 @@ def add_executor_flags(p: argparse.ArgumentParser) -> None:
                 continue
             default, name = getattr(defaults, field.name), field.name.replace("_", "-")
             about = f"{spec.name}: {comments.get(field.name, field.name)}"
+            shown = "" if default is None else f" (default: {default})"  # None: the comment says what it means
             if _switch(field, default):
                 p.add_argument(f"--no-{name}" if default else f"--{name}", dest=PREFIX + field.name,
                                action="store_const", const=not default, default=None,
                                help=f"{about} ({'on' if default else 'off'} unless this flag is given)")
             elif field.kind == "choice":
                 p.add_argument(f"--{name}", dest=PREFIX + field.name, choices=field.choices, default=None,
-                               help=f"{about} (default: {default})")
+                               help=about + shown)
             else:
                 p.add_argument(f"--{name}", dest=PREFIX + field.name, type=TYPES[field.kind], default=None,
-                               metavar=field.name.upper(), help=f"{about} (default: {default})")
+                               metavar=field.name.upper(), help=about + shown)
     p.set_defaults(flag_owners=owners)
 
 

@@ -220,7 +220,7 @@ def test_task_pool_clients_on_dask_survive_sigkills_mid_forward_and_mid_backward
     assert [e["peer"] for e in killed] == ["s0c1", "s1c1"] and all("Dask worker" in e["reason"] for e in killed), killed
     steps = run.events.history("step")
     assert all(s["stage_samples"] == [cfg.global_batch] * cfg.stages for s in steps), steps
-    stats = [e["value"] for e in run.events.history("setting") if e["name"] == "taskpool"][-cfg.stages:]
+    stats = [e["value"] for e in run.events.history("setting") if e["name"] == "pool"][-cfg.stages:]
     assert all(s["repeated_beyond_lost"] == 0 for s in stats) and sum(s["lost_samples"] for s in stats) > 0, stats
     checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     sampler = WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed)

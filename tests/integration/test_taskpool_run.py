@@ -38,7 +38,7 @@ def _exact(run: labkit.RunHandle, cfg: RunConfig) -> None:
 
 
 def _pool_stats(run: labkit.RunHandle, stage: int) -> dict:
-    return [e["value"] for e in run.events.history("setting") if e["name"] == "taskpool" and e["value"]["stage"] == stage][-1]
+    return [e["value"] for e in run.events.history("setting") if e["name"] == "pool" and e["value"]["stage"] == stage][-1]
 
 
 @pytest.mark.parametrize("delayed", [False, True], ids=["plain", "delayed-updates"])
