@@ -237,3 +237,18 @@ def test_the_form_launches_a_pipeline_whose_panel_kills_and_replaces_a_peer_from
     finally:
         run.stop()
         lab.close()
+
+
+@pytest.mark.parametrize("then", ["pipeline", "swarm"])
+def test_a_pipeline_checkpoint_resumes_exactly(tmp_path: Path, then: str) -> None:
+    """A pipeline's checkpoint holds every stage's committed parameters and optimizer state: a pipeline or
+    a SWARM run of the same shape resumes it and ends where the single-process loop does."""
+    first = labkit.launch(CFG.replace(steps=2), run_dir=tmp_path / "first")
+    assert first.wait(timeout=240)["status"] == "finished"
+    cfg = CFG.replace(steps=4, executor=then)
+    second = labkit.launch(cfg, run_dir=tmp_path / "second", resume=tmp_path / "first" / "checkpoint.pt")
+    summary = second.wait(timeout=240)
+    assert summary["status"] == "finished" and summary["steps"] == 4, summary
+    got = assemble([s["params"] for s in second.snapshot().result().stages])
+    reference, _ = train_reference(cfg, WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed))
+    assert max(float((got[k] - v).abs().max()) for k, v in reference.state_dict().items()) <= 1e-10
