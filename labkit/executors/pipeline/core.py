@@ -139,6 +139,7 @@ class PipelineCore:
 
     # -- the steps -----------------------------------------------------------------------------
     def start(self) -> None:
+        """Start the driver thread: step after step until the last, a stop or a failure."""
         with self.cond:
             self._thread = threading.Thread(target=self._drive, name="pipeline-driver", daemon=True)
             self._thread.start()
@@ -253,6 +254,7 @@ class PipelineCore:
         fail_core(self, exc)
 
     def stop(self) -> None:
+        """Take no further step; the attempt in progress breaks (its requests in flight finish)."""
         with self.cond:
             self.stopping = True
             if self._attempt is not None:
@@ -281,6 +283,7 @@ class PipelineCore:
         return True
 
     def state(self) -> dict[str, Any]:
+        """Step, loss, every stage's lanes and live peers, the stages waiting for a replacement."""
         with self.cond:
             bounds = stage_bounds(self.cfg.layer_split)
             stages = [{"stage": s, "layers": list(range(first, first + count)), "lanes": self.lanes,
