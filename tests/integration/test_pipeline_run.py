@@ -66,23 +66,27 @@ def test_the_pipeline_equals_the_single_process_loop(stages: int, peers: int, sc
     assert len(bubbles) == cfg.steps and all(0 <= b < 1 for b in bubbles), bubbles
 
 
-def test_a_killed_peer_stalls_the_pipeline_until_add_peer_and_nothing_is_lost_or_doubled(tmp_path: Path) -> None:
-    cfg = CFG.replace(steps=5)
+@pytest.mark.parametrize("lanes", [1, 2], ids=["the stage left with no peer", "a lane left with no peer"])
+def test_a_killed_peer_stalls_the_pipeline_until_add_peer_and_nothing_is_lost_or_doubled(tmp_path: Path,
+                                                                                          lanes: int) -> None:
+    cfg = CFG.replace(steps=5, peers=lanes)
+    victim, upstream, replacement = f"s1p{lanes - 1}", f"s0p{lanes - 1}", f"s1p{lanes}"
     run = labkit.launch(cfg, run_dir=tmp_path)
     try:
         run.wait_for(step=2, timeout=120)
-        run.set_peer_delay("s1p1", 30.0)  # it holds its next request: the kill lands mid-step
-        run.wait_for(event={"type": "hop", "peer": "s0p1"}, timeout=60)
-        run.kill_peer("s1p1")
+        run.set_peer_delay(victim, 30.0)  # it holds its next request: the kill lands mid-step
+        run.wait_for(event={"type": "hop", "peer": upstream}, timeout=60)
+        run.kill_peer(victim)
         paused = run.wait_for(event={"type": "run", "state": "paused"}, timeout=60)
         assert "add_peer(1)" in paused["reason"], paused
         state = run.state()
-        assert state["paused_stages"] == [1] and [p["peer"] for p in state["stages"][1]["peers"]] == ["s1p0"]
+        assert state["paused_stages"] == [1]
+        assert [p["peer"] for p in state["stages"][1]["peers"]] == [f"s1p{n}" for n in range(lanes - 1)]
         stalled_at = state["step"]
-        with pytest.raises(ValueError, match="stage 0 has a live peer in each of its 2 lanes"):
+        with pytest.raises(ValueError, match=f"stage 0 has a live peer in each of its {lanes} lanes"):
             run.add_peer(0)
         assert run.state()["step"] == stalled_at  # no step commits while a lane has no peer (checked below too)
-        assert run.add_peer(1) == "s1p2"
+        assert run.add_peer(1) == replacement
         resumed = run.wait_for(event={"type": "run", "state": "resumed"}, timeout=60)
         assert resumed["t"] > paused["t"]
         summary = run.wait(timeout=240)
@@ -93,7 +97,7 @@ def test_a_killed_peer_stalls_the_pipeline_until_add_peer_and_nothing_is_lost_or
     assert [s["step"] for s in steps] == list(range(1, cfg.steps + 1))
     assert not [s for s in steps if paused["t"] < s["t"] < resumed["t"]], "no step commits while a lane has no peer"
     assert_equals_reference(run, cfg)
-    assert {h["peer"] for h in run.events.history("hop") if h["t"] > resumed["t"]} >= {"s1p2"}
+    assert {h["peer"] for h in run.events.history("hop") if h["t"] > resumed["t"]} >= {replacement}
 
 
 def test_a_slow_peer_slows_every_lane_and_widens_the_bubble() -> None:
