@@ -10,6 +10,7 @@ its lanes): ~1e-15 relative per step in float64; 1e-10 absolute holds over a few
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -26,6 +27,7 @@ from labkit.data import WindowSampler, load_corpus
 from labkit.executors.pipeline.config import PipelineConfig
 from labkit.executors.pipeline.peers import LocalStage, LocalStages
 from labkit.executors.pipeline.run import launch as launch_pipeline
+from labkit.executors.pipeline.schedule import deal, stage_order
 from labkit.executors.registry import SPECS
 from labkit.model import assemble
 from labkit.runtime.reference import reference_model, train_reference
@@ -51,7 +53,7 @@ def assert_equals_reference(run: labkit.RunHandle, cfg: RunConfig, steps: int | 
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
-@pytest.mark.parametrize(("stages", "peers"), [(1, 1), (2, 1), (2, 2)])
+@pytest.mark.parametrize(("stages", "peers"), [(1, 1), (2, 1), (2, 2), (4, 1)])
 def test_the_pipeline_equals_the_single_process_loop(stages: int, peers: int, schedule: str) -> None:
     cfg = CFG.replace(stages=stages, peers=peers, executor=PipelineConfig(schedule=schedule))
     run = labkit.launch(cfg)
@@ -62,6 +64,11 @@ def test_the_pipeline_equals_the_single_process_loop(stages: int, peers: int, sc
     hops = run.events.history("hop")
     assert {h["peer"] for h in hops} == {f"s{s}p{p}" for s in range(stages) for p in range(peers)}
     assert {h["trainer"] for h in hops} == {f"lane{p}" for p in range(peers)}
+    shares = deal(cfg.microbatches_per_step, peers)
+    for stage, lane in itertools.product(range(stages), range(peers)):  # each peer's first step, in schedule order
+        order = [(op, shares[lane][i]) for op, i in stage_order(schedule, stages, stage, len(shares[lane]))]
+        ran = [(h["op"], h["microbatch"]) for h in hops if h["peer"] == f"s{stage}p{lane}"][:len(order)]
+        assert ran == order, (stage, lane, ran)
     bubbles = [s["bubble"] for s in run.events.history("step")]
     assert len(bubbles) == cfg.steps and all(0 <= b < 1 for b in bubbles), bubbles
 
