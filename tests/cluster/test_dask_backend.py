@@ -95,7 +95,7 @@ def test_embedded_cluster_trains_with_falling_loss(small_run: RunConfig, tmp_pat
     assert all(p["served"] >= p["queue"] + p["compute"] - 1e-3 for p in parts)
     assert all(p["dispatch"] + p["request"] + p["served"] + p["reply"] <= h["seconds"] + 1e-3 for p, h in zip(parts, hops))
     assert {"events.jsonl", "summary.json", "checkpoint.pt", "config.json"} <= {p.name for p in tmp_path.iterdir()}
-    assert run.dashboard_link and run.dashboard_link.startswith("http://127.0.0.1:")
+    assert (run.dashboard() or "").startswith("http://127.0.0.1:")
 
 
 def test_matches_single_process_and_keeps_it_across_a_layer_split(cluster, small_run: RunConfig, tmp_path: Path) -> None:
