@@ -250,12 +250,13 @@ def test_the_form_launches_a_pipeline_whose_panel_kills_and_replaces_a_peer_from
         lab.close()
 
 
-@pytest.mark.parametrize("then", ["pipeline", "swarm"])
-def test_a_pipeline_checkpoint_resumes_exactly(tmp_path: Path, then: str) -> None:
+@pytest.mark.parametrize(("first", "then"), [("pipeline", "pipeline"), ("pipeline", "swarm"), ("swarm", "pipeline")])
+def test_a_pipeline_checkpoint_resumes_exactly(tmp_path: Path, first: str, then: str) -> None:
     """A pipeline's checkpoint holds every stage's committed parameters and optimizer state: a pipeline or
-    a SWARM run of the same shape resumes it and ends where the single-process loop does."""
-    first = labkit.launch(CFG.replace(steps=2), run_dir=tmp_path / "first")
-    assert first.wait(timeout=240)["status"] == "finished"
+    a SWARM run of the same shape resumes it and ends where the single-process loop does (and a
+    pipeline resumes a SWARM run's checkpoint so)."""
+    earlier = labkit.launch(CFG.replace(steps=2, executor=first), run_dir=tmp_path / "first")
+    assert earlier.wait(timeout=240)["status"] == "finished"
     cfg = CFG.replace(steps=4, executor=then)
     second = labkit.launch(cfg, run_dir=tmp_path / "second", resume=tmp_path / "first" / "checkpoint.pt")
     summary = second.wait(timeout=240)
