@@ -214,6 +214,8 @@ def test_labkit_train_runs_the_pipeline_and_refuses_unequal_lanes_in_one_line(tm
     assert summary["status"] == "finished" and summary["steps"] == 3
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["executor"] == {"name": "pipeline", "schedule": "gpipe"}
+    report = (tmp_path / "run" / "report.html").read_text()
+    assert report.count("<svg") == len(SPECS["pipeline"].charts) and "<h2>timeline</h2>" in report
     bad = _labkit("train", "--executor", "pipeline", "--peers", "2,1", cwd=tmp_path)
     lines = bad.stderr.strip().splitlines()
     assert bad.returncode == 2 and len(lines) == 1 and "RunConfig.peers=(2, 1) is not allowed" in lines[0], bad.stderr
