@@ -1,47 +1,80 @@
 """The step boundary: where SWARM's exactness is enforced and every stage takes its step.
 
-It runs on the coordinator's thread, lock held, once the ledger says every microbatch of the
-step is credited at every stage. In six steps:
+`step_boundary` is a function from the run's books (`Books`: a value the coordinator takes under
+its lock once the ledger says every microbatch of the step is credited at every stage) to a
+`Commit`, which only the coordinator applies. It talks to the peers (the I/O around the decision)
+but changes nothing of the coordinator. In six steps:
 
-1. gather  — ask every live peer for its accumulated gradient sum and sample count;
-2. check   — each peer's count equals what the ledger credits it, each stage sums the global batch;
+1. gather  — ask every live peer for its accumulated gradient sum and the attempts it holds;
+2. check   — the ledger's one rule (`swarm/ledger.py:reconcile`): keep each sum that holds exactly
+   the attempts credited to its peer; a peer holding more (or failing to answer) abandons the
+   boundary (the commit drops its sum or evicts it, its credits are recomputed, and the boundary
+   runs again); a sum lacking a credited attempt means the accounting broke: the run stops loudly;
 3. decide  — the sync schedule says all-reduce, a DiLoCo inner step, an outer step, a switch;
 4. reduce  — sum the stage's gradients (or average DiLoCo's pseudo-gradients by samples);
 5. apply   — every peer of the stage applies the same step;
-6. commit  — record each stage's state, re-cut the layers if asked, advance the ledger, emit events
-   (a step whose loss or new parameters are not finite is not committed: the run has diverged).
+6. commit  — the stages' new states, the new layer split, the events, and whether the step
+   diverged (a loss or new parameters not finite: then nothing of it is recorded).
 
-A peer that fails while its sums are gathered is evicted and the boundary is abandoned: its
-samples are recomputed by the survivors and the boundary runs again. A peer that fails while the
-step is applied is evicted and the survivors go on. Requests to the peers of all stages go out
-at once (they may live in other processes), and the new states are asked for right behind the
-step itself, each peer's queue keeping the order. The step event says where the boundary's time went
-(`BoundaryTimes`): each request's wall seconds and its slowest peer's queue + compute.
+A peer that fails while the step is applied is evicted (by the commit) and the survivors go on.
+Requests to the peers of all stages go out at once (they may live in other processes), and the
+new states are asked for right behind the step itself, each peer's queue keeping the order. The
+step event says where the boundary's time went (`BoundaryTimes`): each request's wall seconds and
+its slowest peer's queue + compute.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from labkit import events
-from labkit.config import SyncConfig
-from labkit.model.assembly import stage_module
-from labkit.model.partition import stage_bounds
+from labkit.config import RunConfig, SyncConfig
 from labkit.runtime.ports import PeerHandle
 from labkit.runtime.request_queue import timing
-from labkit.runtime.resize import recut_states
-from labkit.swarm.sync import sum_over_peers, weighted_average
+from labkit.swarm.ledger import AttemptKey, reconcile
+from labkit.swarm.sync import SyncSchedule, sum_over_peers, weighted_average
 
-if TYPE_CHECKING:
-    from labkit.runtime.coordinator import Coordinator
 
-Gathered = list[tuple[list[PeerHandle], list[tuple[list[Any], int]]]]  # per stage: peers, (grads, samples)
+@dataclass(frozen=True)
+class Books:
+    """What the boundary reads of the run, taken under the coordinator's lock."""
+
+    cfg: RunConfig
+    step: int  # the step being taken (its number is step + 1)
+    loss: float  # the ledger's loss of the step
+    credited: list[dict[str, dict[AttemptKey, int]]]  # per stage: peer -> attempts the ledger credits it
+    peers: list[list[PeerHandle]]  # per stage: its live peers, by name
+    schedule: SyncSchedule  # a copy: the boundary advances it, the commit carries it back
+    split: tuple[int, ...] | None  # set_layer_split's request, taken with the step
+    clock: Callable[[], float]
+
+
+@dataclass
+class Commit:
+    """What one boundary decided; the coordinator applies it (and nothing else changes the run)."""
+
+    step: int
+    drop: dict[str, str] = field(default_factory=dict)  # peer -> why: it clears its sum, its credits are recomputed
+    evict: dict[str, str] = field(default_factory=dict)  # peer -> why: it failed a request at the boundary
+    keep: list[list[str]] = field(default_factory=list)  # per stage, the peers whose sums make the step
+    reduced: dict[int, list[Any]] = field(default_factory=dict)  # stage -> the step every peer applied (all-reduce)
+    states: dict[int, dict[str, Any]] = field(default_factory=dict)  # stage -> its state after the step
+    schedule: SyncSchedule | None = None  # the sync schedule after this boundary (None: no step taken)
+    split: tuple[int, ...] | None = None  # the layer split from the next step on, if it changes
+    events: list[events.Event] = field(default_factory=list)  # to emit once applied: syncs, then the step if taken
+    diverged: str | None = None  # why the step was not committed: the run stops
+
+    @property
+    def taken(self) -> bool:
+        """The step is committed: record its states, advance the ledger."""
+        return self.schedule is not None and self.diverged is None
 
 
 class BoundaryTimes:
@@ -66,39 +99,63 @@ class BoundaryTimes:
         return {"seconds": self.seconds, "peer_seconds": self.peer_seconds, "total": time.perf_counter() - self.start}
 
 
-def step_boundary(c: Coordinator) -> None:
-    """Take one optimizer step of the whole run (see the module docstring)."""
-    step, times = c.ledger.step, BoundaryTimes()
-    # 1-2. gather every stage's gradient sums and check them against the ledger
-    gathered = gather_gradients(c, times)
-    if gathered is None:
-        return  # a peer was evicted: its samples are recomputed, then the boundary runs again
+def step_boundary(books: Books) -> Commit:
+    """Take one optimizer step of the whole run (see the module docstring); raises if the
+    accounting broke."""
+    commit, cfg = Commit(books.step), books.cfg
+    io = Calls(commit, cfg.peer_timeout)
+    # 1. gather every live peer's gradient sum and the attempts it holds
+    peers = [p for stage_peers in books.peers for p in stage_peers]
+    answers = dict(zip([p.name for p in peers], io.gather("gradients", [(p, ()) for p in peers])))
+    # 2. check them against the ledger's credits
+    verdicts = reconcile({name: owed for stage in books.credited for name, owed in stage.items()},
+                         {name: None if a is None else a[1] for name, a in answers.items()})
+    broken = {name: v.why for name, v in verdicts.items() if v.action == "broken"}
+    if broken:
+        raise RuntimeError(f"accounting broke at step {books.step + 1}: {broken}")
+    for name, v in verdicts.items():
+        if v.action == "drop":  # a sum to clear; or no answer: evicted already, or credited but gone
+            (commit.drop if v.reported else commit.evict).setdefault(name, v.why)
+    if commit.drop or commit.evict:
+        return commit  # their credits are recomputed, then the boundary runs again
+    commit.keep = [[p.name for p in stage_peers] for stage_peers in books.peers]
+    taken = [[answers[p.name] for p in stage_peers] for stage_peers in books.peers]
     # 3. decide what this boundary does
-    decision = c.schedule.boundary()
+    schedule = books.schedule
+    decision = schedule.boundary()
     # 4-5. reduce and apply
     states: Sent | None = None  # the new states, asked for as soon as the last request is sent
     if decision.allreduce:
         start = time.perf_counter()
-        sums = [sum_over_peers([g for g, _ in taken]) for _, taken in gathered]
-        times.add("reduce", start)
-        applying = send("optimizer_step", [(p, (sums[stage], step)) for stage, (peers, _) in enumerate(gathered)
-                                              for p in peers])
+        commit.reduced = {stage: sum_over_peers([g for g, _ in grads]) for stage, grads in enumerate(taken)}
+        io.times.add("reduce", start)
+        applying = io.send("optimizer_step", [(p, (commit.reduced[stage], books.step))
+                                              for stage, stage_peers in enumerate(books.peers) for p in stage_peers])
         if decision.switch_to is None:
-            states = request_states(c)  # queued behind the step on each peer: one round trip for both
-        collect(c, applying, times)
-        for stage, (peers, _) in enumerate(gathered):
-            _emit_sync(c, step, stage, "allreduce", len(peers), sums[stage])
+            states = request_states(books, io)  # queued behind the step on each peer: one round trip for both
+        io.collect(applying)
+        for stage, stage_peers in enumerate(books.peers):
+            _sync_event(books, commit, stage, "allreduce", len(stage_peers), commit.reduced[stage])
     else:
-        gather(c, "local_step", [(p, (g, n, step)) for peers, taken in gathered for p, (g, n) in zip(peers, taken)
-                                 if n > 0], times)
+        io.gather("local_step", [(p, (g, sum(held.values()), books.step))
+                                 for stage_peers, grads in zip(books.peers, taken)
+                                 for p, (g, held) in zip(stage_peers, grads) if held])
         if decision.outer:
-            for stage in range(c.cfg.stages):
-                _outer_step(c, step, stage, c.members.live(stage), times)
+            for stage in range(cfg.stages):
+                _outer_step(books, io, stage)
     if decision.switch_to is not None:
-        for stage in range(c.cfg.stages):
-            _switch(c, c.members.live(stage), decision.switch_to, times)
+        for stage in range(cfg.stages):
+            _switch(io, io.alive(books.peers[stage]), decision.switch_to)
     # 6. commit
-    _commit(c, step, [sum(n for _, n in taken) for _, taken in gathered], times, states or request_states(c))
+    commit.states = _new_states(books, io, states or request_states(books, io))
+    commit.diverged = _divergence(books.step, books.loss, commit.states)
+    commit.schedule, commit.split = schedule, books.split
+    if commit.diverged is None:
+        commit.events.append(events.step(books.clock(), step=books.step + 1, loss=books.loss,
+                                         samples=cfg.global_batch, tokens=cfg.global_batch * cfg.model.seq_len)
+                             | {"stage_samples": [sum(sum(held.values()) for _, held in grads) for grads in taken],
+                                "boundary": io.times.report()})
+    return commit
 
 
 class Sent:
@@ -108,145 +165,88 @@ class Sent:
         self.method, self.futures, self.start = method, futures, start
 
 
-def send(method: str, calls: list[tuple[PeerHandle, tuple]]) -> Sent:
-    """Call `method` on each peer with its arguments, all at once, without waiting."""
-    start = time.perf_counter()
-    return Sent(method, [(p, p.call(method, *args)) for p, args in calls], start)
+class Calls:
+    """The boundary's requests to peers: sent all at once, each answered within `timeout`
+    seconds or its peer is to be evicted (`commit.evict`); their seconds go in `times`."""
+
+    def __init__(self, commit: Commit, timeout: float) -> None:
+        self.commit, self.timeout, self.times = commit, timeout, BoundaryTimes()
+
+    def send(self, method: str, calls: list[tuple[PeerHandle, tuple]]) -> Sent:
+        """Call `method` on each peer with its arguments, all at once, without waiting."""
+        start = time.perf_counter()
+        return Sent(method, [(p, p.call(method, *args)) for p, args in calls], start)
+
+    def collect(self, sent: Sent, since: float | None = None) -> list[Any]:
+        """The answers of `sent`, None in place of a peer that failed or timed out; counts the
+        seconds from `since` (default: when the requests were sent)."""
+        results = []
+        for p, f in sent.futures:
+            try:
+                results.append(f.result(timeout=self.timeout))
+            except Exception as exc:
+                self.commit.evict.setdefault(p.name, f"{sent.method} failed at the step boundary: "
+                                                     f"{type(exc).__name__}: {exc}")
+                results.append(None)
+        self.times.add(sent.method, sent.start if since is None else since, [f for _, f in sent.futures])
+        return results
+
+    def gather(self, method: str, calls: list[tuple[PeerHandle, tuple]]) -> list[Any]:
+        """Call `method` on each peer and wait for every answer (see `collect`)."""
+        return self.collect(self.send(method, calls))
+
+    def alive(self, peers: list[PeerHandle]) -> list[PeerHandle]:
+        """`peers` less those that failed a request of this boundary."""
+        return [p for p in peers if p.name not in self.commit.evict]
 
 
-def collect(c: Coordinator, sent: Sent, times: BoundaryTimes, since: float | None = None) -> list[Any]:
-    """The answers of `sent`; evict a peer that failed or exceeded `peer_timeout`, leaving None in
-    its place; counts the seconds from `since` (default: when the requests were sent) in `times`."""
-    results = []
-    for p, f in sent.futures:
-        try:
-            results.append(f.result(timeout=c.cfg.peer_timeout))
-        except Exception as exc:
-            c.members.evict(p.name, f"{sent.method} failed at the step boundary: {type(exc).__name__}: {exc}")
-            results.append(None)
-    times.add(sent.method, sent.start if since is None else since, [f for _, f in sent.futures])
-    return results
-
-
-def gather(c: Coordinator, method: str, calls: list[tuple[PeerHandle, tuple]], times: BoundaryTimes) -> list[Any]:
-    """Call `method` on each peer and wait for every answer (see `collect`)."""
-    return collect(c, send(method, calls), times)
-
-
-def gather_gradients(c: Coordinator, times: BoundaryTimes) -> Gathered | None:
-    """Every stage's live peers and their gradient sums, checked against the ledger's credits;
-    None if a peer had to be evicted or drop its gradients. A peer holding more samples than
-    credited drops its gradients (its samples are recomputed) when a trainer died mid-microbatch
-    since the last step (its request may have accumulated with no credit ever coming); otherwise
-    the accounting broke, and the run stops loudly."""
-    peers = [c.members.live(stage) for stage in range(c.cfg.stages)]
-    taken = gather(c, "gradients", [(p, ()) for stage_peers in peers for p in stage_peers], times)
-    if any(t is None for t in taken):
-        return None
-    gathered, orphaned, rest = [], [], iter(taken)
-    for stage, stage_peers in enumerate(peers):
-        stage_taken = [next(rest) for _ in stage_peers]
-        credited = c.ledger.samples(stage)
-        for p, (_, samples) in zip(stage_peers, stage_taken):
-            if samples > credited.get(p.name, 0) and c.orphans:
-                orphaned.append(p.name)
-            elif samples != credited.get(p.name, 0):
-                raise RuntimeError(f"accounting broke: {p.name} accumulated {samples} samples, "
-                                   f"ledger credits {credited.get(p.name, 0)}")
-        gathered.append((stage_peers, stage_taken))
-    for name in orphaned:
-        c.members.drop_gradients(name, "holds gradients of a microbatch whose trainer died")
-    if orphaned:
-        return None
-    c.orphans = 0
-    for stage, (_, stage_taken) in enumerate(gathered):
-        total = sum(n for _, n in stage_taken)
-        if total != c.cfg.global_batch:
-            raise RuntimeError(f"stage {stage} summed {total} samples, not the global batch {c.cfg.global_batch}")
-    return gathered
-
-
-def _outer_step(c: Coordinator, step: int, stage: int, peers: list[PeerHandle], times: BoundaryTimes) -> None:
+def _outer_step(books: Books, io: Calls, stage: int) -> None:
     """DiLoCo: average the peers' pseudo-gradients, weighted by samples, and step every peer."""
-    pairs = [(p, r) for p, r in zip(peers, gather(c, "pseudo_gradient", [(p, ()) for p in peers], times))
-             if r is not None]
+    peers = io.alive(books.peers[stage])
+    pairs = [(p, r) for p, r in zip(peers, io.gather("pseudo_gradient", [(p, ()) for p in peers])) if r is not None]
     start = time.perf_counter()
     delta = weighted_average({p.name: d for p, (d, _) in pairs}, {p.name: n for p, (_, n) in pairs})
-    times.add("average", start)
-    gather(c, "outer_step", [(p, (delta,)) for p, _ in pairs], times)
-    _emit_sync(c, step, stage, "diloco", len(pairs), delta)
+    io.times.add("average", start)
+    io.gather("outer_step", [(p, (delta,)) for p, _ in pairs])
+    _sync_event(books, io.commit, stage, "diloco", len(pairs), delta)
 
 
-def _switch(c: Coordinator, peers: list[PeerHandle], sync: SyncConfig, times: BoundaryTimes) -> None:
+def _switch(io: Calls, peers: list[PeerHandle], sync: SyncConfig) -> None:
     """Change every peer of a stage to `sync`'s mode (DiLoCo starts from the current parameters)."""
     if sync.mode == "diloco":
-        gather(c, "enter_diloco", [(p, (sync,)) for p in peers], times)
+        io.gather("enter_diloco", [(p, (sync,)) for p in peers])
     else:
-        gather(c, "leave_diloco", [(p, ()) for p in peers], times)
+        io.gather("leave_diloco", [(p, ()) for p in peers])
 
 
-def _emit_sync(c: Coordinator, step: int, stage: int, kind: str, peers: int, tensors: list[Any]) -> None:
+def _sync_event(books: Books, commit: Commit, stage: int, kind: str, peers: int, tensors: list[Any]) -> None:
     """Data-parallel traffic of one sync: each peer sends its tensors and receives the average."""
     size = sum(t.numel() * t.element_size() for t in tensors)
-    c.emit(events.sync(c.clock(), step=step + 1, stage=stage, kind=kind, peers=peers, nbytes=2 * size * peers))
+    commit.events.append(events.sync(books.clock(), step=books.step + 1, stage=stage, kind=kind, peers=peers,
+                                     nbytes=2 * size * peers))
 
 
-def _commit(c: Coordinator, step: int, stage_samples: list[int], times: BoundaryTimes, asked: Sent) -> None:
-    """Record the stages' new states (`asked` of the peers), re-cut if asked, advance the ledger,
-    emit, evaluate; a step whose loss or new parameters are not finite is not committed: the run
-    has diverged."""
-    loss = c.ledger.loss()
-    states = _new_states(c, asked, times) if math.isfinite(loss) else {}
-    divergence = _divergence(step, loss, states)
-    if divergence is not None:
-        _diverged(c, step, divergence)
-        return
-    for stage, state in states.items():
-        c.snapshots[stage] = state
-    if c.new_split is not None:
-        _apply_split(c, c.new_split)
-    c.last_loss = loss
-    c.ledger.advance()
-    now = c.clock()
-    c.emit(events.step(now, step=step + 1, loss=c.last_loss, samples=c.cfg.global_batch,
-                       tokens=c.cfg.global_batch * c.cfg.model.seq_len) | {"stage_samples": stage_samples,
-                                                                           "boundary": times.report()})
-    for p in sorted(c.members.peers.values(), key=lambda p: p.name):
-        c.emit(events.peer(now, peer=p.name, stage=p.stage, state="alive", queue=p.queue_length))
-    for hook in c.step_hooks:
-        hook(step + 1)
-    done = step + 1 >= c.cfg.steps
-    if done or (c.cfg.eval_every and (step + 1) % c.cfg.eval_every == 0):
-        c.syncing = True  # no task is handed out while the lock is released for evaluation
-        c.cond.release()
-        try:
-            c.evaluate()
-        finally:
-            c.cond.acquire()
-            c.syncing = False
-    if done:
-        c.finished.set()
-        c.stop()
-
-
-def request_states(c: Coordinator) -> Sent:
+def request_states(books: Books, io: Calls) -> Sent:
     """Ask each stage's first live peer for its state (after dropping every peer's stash of
     abandoned attempts); the answers are the stages' new states (`_new_states`)."""
-    for p in c.members.peers.values():
-        p.call("drop_stash")  # activations of abandoned attempts
-    firsts = [stage_peers[0] for stage_peers in map(c.members.live, range(c.cfg.stages)) if stage_peers]
-    return send("state", [(p, ()) for p in firsts])
+    for stage_peers in books.peers:
+        for p in io.alive(stage_peers):
+            p.call("drop_stash")  # activations of abandoned attempts
+    firsts = [peers[0] for peers in map(io.alive, books.peers) if peers]
+    return io.send("state", [(p, ()) for p in firsts])
 
 
-def _new_states(c: Coordinator, asked: Sent, times: BoundaryTimes) -> dict[int, dict[str, Any]]:
+def _new_states(books: Books, io: Calls, asked: Sent) -> dict[int, dict[str, Any]]:
     """Each stage's state after the step, from the first live peer it was asked of; a stage whose
     peer failed meanwhile asks the next live one, and a stage without one keeps the state
-    committed before."""
-    answers = collect(c, asked, times, since=time.perf_counter())  # the wait beyond the step's own requests
+    committed before. None asked for if the loss is not finite (the step is not committed)."""
+    if not math.isfinite(books.loss):
+        return {}
+    answers = io.collect(asked, since=time.perf_counter())  # the wait beyond the step's own requests
     states = {p.stage: state for (p, _), state in zip(asked.futures, answers) if state is not None}
-    for stage in set(range(c.cfg.stages)) - set(states):
-        for p in c.members.live(stage):
-            state, = gather(c, "state", [(p, ())], times)
+    for stage in set(range(books.cfg.stages)) - set(states):
+        for p in io.alive(books.peers[stage]):
+            state, = io.gather("state", [(p, ())])
             if state is not None:
                 states[stage] = state
                 break
@@ -267,19 +267,3 @@ def _divergence(step: int, loss: float, states: dict[int, dict[str, Any]]) -> st
 def _is_float(value: Any) -> bool:
     """A floating-point tensor (a state dict may hold other values)."""
     return isinstance(value, torch.Tensor) and value.is_floating_point()
-
-
-def _diverged(c: Coordinator, step: int, why: str) -> None:
-    """Stop the run; the states committed at the last boundary stay the run's state (its final
-    checkpoint): the step's new states are never recorded."""
-    c.diverged = f"{why}; the run keeps the state of step {step}"
-    c.emit(events.run(c.clock(), state="diverged", reason=c.diverged))
-    c.stop()
-
-
-def _apply_split(c: Coordinator, split: tuple[int, ...]) -> None:
-    """set_layer_split at the boundary (nothing in flight): re-slice the states, rebuild every peer."""
-    c.new_split = None
-    c.cfg = c.cfg.replace(layer_split=split)
-    c.snapshots = recut_states(c.snapshots, lambda stage, params: stage_module(c.cfg, stage, params), c.cfg.stages)
-    c.members.rebuild(stage_bounds(split))

@@ -1,13 +1,14 @@
 """The coordinator of a run: the step ledger, the membership of peers and the step boundary.
 
-It is built by composition from a `PeerFactory` (where peers and trainers run: threads here, Dask
-actors on a cluster), and is what trainers take work from (`WorkSource`) and find peers in
-(`Directory`) in-process. Its own thread runs the step boundary (labkit/runtime/boundary.py)
-whenever the ledger says every stage holds exactly the global batch.
+Built by composition from a `PeerFactory` (peers and trainers: threads here, Dask actors on a
+cluster), it is what trainers take work from (`WorkSource`) and find peers in (`Directory`)
+in-process. Its own thread runs the step boundary (labkit/runtime/boundary.py) whenever every
+stage holds exactly the global batch, and applies the `Commit` the boundary returns.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Callable
@@ -16,14 +17,13 @@ from typing import Any
 from labkit import events
 from labkit.config import RunConfig, SyncConfig
 from labkit.model.partition import stage_bounds
-from labkit.runtime.boundary import step_boundary
+from labkit.runtime.boundary import Books, Commit, step_boundary
 from labkit.runtime.membership import Membership
 from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import SyncSchedule
 from labkit.wire import get_codec
 
-LOAD_PERIOD = 0.25  # seconds between `load` events (each live peer's queue length)
 STOP_GRACE = 5.0  # seconds a stopping run waits for microbatches in flight before crashing its peers
 
 Evaluate = Callable[[RunConfig, list[dict[str, Any]]], float]  # validation loss of committed stage states
@@ -32,8 +32,7 @@ Evaluate = Callable[[RunConfig, list[dict[str, Any]]], float]  # validation loss
 class Coordinator:
     """Ledger, membership and step boundary of one run; peers and trainers come from `factory`.
 
-    states: every stage's committed state (step `step`); evaluate: the validation loss of
-    committed states (None: no evaluation)."""
+    states: every stage's committed state (step `step`); evaluate: their validation loss (None: none)."""
 
     def __init__(self, cfg: RunConfig, emit: Callable[[events.Event], None], factory: PeerFactory,
                  states: list[dict[str, Any]], *, step: int = 0, evaluate: Evaluate | None = None) -> None:
@@ -60,15 +59,10 @@ class Coordinator:
         self.step_hooks: list[Callable[[int], None]] = []  # called after each step, lock held
         self.held: dict[str, Task] = {}  # trainer lane -> the microbatch attempt it works on
         self.lost_trainers: set[str] = set()  # trainers reported dead: a call still under way gets no task
-        self.orphans = 0  # attempts whose trainer died since the last step (peers may hold their gradients)
         self._last_state: dict[str, Any] = {"status": "starting", "step": step, "stages": []}
         self.members = Membership(self, stage_bounds(cfg.layer_split))
         factory.bind(self)
-        for stage, count in enumerate(cfg.peers_per_stage):
-            for _ in range(count):
-                name = self.members.spawn(stage, self.snapshots[stage])
-                if cfg.sync.mode == "diloco":
-                    self.members.peer(name).call("ensure_diloco", cfg.sync).result()
+        self.members.populate()
         self.trainers = factory.start_trainers(cfg.trainers)
         self._boundary = threading.Thread(target=self._boundary_loop, name="labkit-boundary", daemon=True)
 
@@ -84,14 +78,7 @@ class Coordinator:
         self._boundary.start()
         if self.cfg.rebalance_period:
             threading.Thread(target=self.members.rebalance_loop, name="rebalancer", daemon=True).start()
-        threading.Thread(target=self._publish_loads, name="labkit-loads", daemon=True).start()
-
-    def _publish_loads(self) -> None:
-        """Every live peer's queue length as a `load` event, LOAD_PERIOD apart, until the run
-        stops (the stage-load charts). Reads a copy of the membership, never the lock."""
-        while not self.stopped.wait(LOAD_PERIOD):
-            for p in list(self.members.peers.values()):
-                self.emit(events.load(self.clock(), peer=p.name, stage=p.stage, queue=p.queue_length))
+        threading.Thread(target=self.members.publish_loads, name="labkit-loads", daemon=True).start()
 
     def stop(self) -> None:
         """Hand out no more work; the trainers end after the microbatches in flight. Never waits
@@ -126,11 +113,7 @@ class Coordinator:
             self.lock.release()
         else:  # a boundary waiting on a slow peer may hold the lock: a flag, and the peers from a copy
             late, self.closed = True, True  # the directory is empty from now on: trainers stop retrying
-        for p in list(self.members.peers.values()):
-            if late:
-                p.kill()
-            else:
-                p.close()
+        self.members.stop_all(crash=late)
         for trainer in self.trainers:
             trainer.join(timeout)
         if self._boundary.is_alive():
@@ -145,11 +128,9 @@ class Coordinator:
             while True:
                 if self.stopping or trainer.split("/")[0] in self.lost_trainers:
                     return None
-                if not self.paused and not self.syncing:
-                    task = self.ledger.next_task()
-                    if task is not None:
-                        self.held[trainer] = task
-                        return task, self.codec
+                if not self.paused and not self.syncing and (task := self.ledger.next_task()) is not None:
+                    self.held[trainer] = task
+                    return task, self.codec
                 self.cond.wait(timeout=0.5)
 
     def finish(self, trainer: str, task: Task, credits: dict[int, str], loss: float | None) -> None:
@@ -160,25 +141,18 @@ class Coordinator:
             self.cond.notify_all()
 
     def trainer_lost(self, trainer: str, reason: str) -> None:
-        """A trainer died with its microbatches (one per lane): hand them out again (nothing credited).
-        `trainer` names one life: a restarted trainer calls under a new name, and a call of the
-        dead one still waiting here gets no task. The event comes first: the lock may be held a
-        while (a joining peer starting)."""
-        self.emit(events.setting(self.clock(), name="trainer_lost", value=f"{trainer}: {reason}"))
+        """A trainer died with its microbatches (one per lane): hand them out again (a gradient a peer
+        accumulated for one is dropped at the boundary). `trainer` names one life: a restarted trainer
+        calls under a new name, and a dead one's call still waiting here gets no task."""
+        self.emit(events.setting(self.clock(), name="trainer_lost", value=f"{trainer}: {reason}"))  # before the lock
         with self.cond:
             self.lost_trainers.add(trainer)
             for lane in [lane for lane in self.held if lane.split("/")[0] == trainer]:  # "t0#1" and "t0#1/k"
                 self.ledger.finish(self.held.pop(lane), {}, None)
-                self.orphans += 1
             self.cond.notify_all()
 
     def stage_empty(self, stage: int) -> None:
-        """A trainer found no live peer for `stage`: pause until one is added."""
-        with self.lock:
-            if not self.members.live(stage) and stage not in self.paused:
-                self.paused.add(stage)
-                self.emit(events.run(self.clock(), state="paused",
-                                     reason=f"stage {stage} has no live peer; add_peer({stage}) resumes the run"))
+        self.members.stage_empty(stage)
 
     def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
         self.members.timed_out(name, may_have_accumulated)
@@ -202,11 +176,52 @@ class Coordinator:
                     self.cond.wait(timeout=0.5)
                     continue
                 try:
-                    step_boundary(self)
+                    self.apply(step_boundary(self.books()))
                 except Exception as exc:  # a broken invariant ends the run loudly
                     self.fail(exc)
                 self._record_state()
                 self.cond.notify_all()
+
+    def books(self) -> Books:
+        """What the boundary reads (lock held)."""
+        stages = range(self.cfg.stages)
+        return Books(self.cfg, self.ledger.step, self.ledger.loss(), [self.ledger.credited(s) for s in stages],
+                     [self.members.live(s) for s in stages], copy.copy(self.schedule), self.new_split, self.clock)
+
+    def apply(self, commit: Commit) -> None:
+        """Carry out what the boundary decided (lock held): evictions and dropped sums, then the step's
+        states, split, ledger, events, hooks and evaluation if it was taken; stop a diverged run."""
+        self.members.settle(commit.evict, commit.drop)
+        if commit.taken:
+            self.schedule, self.last_loss = commit.schedule, self.ledger.loss()
+            self.snapshots = [commit.states.get(stage, state) for stage, state in enumerate(self.snapshots)]
+            if commit.split is not None:  # set_layer_split's request: re-slice the states, rebuild every peer
+                self.cfg, self.new_split = self.cfg.replace(layer_split=commit.split), None
+                self.snapshots = self.members.rebuild(self.snapshots)
+            self.ledger.advance()
+        for event in commit.events:  # the syncs, then the step (none if it diverged)
+            self.emit(event)
+        if commit.diverged is not None:
+            self.diverged = f"{commit.diverged}; the run keeps the state of step {commit.step}"
+            self.emit(events.run(self.clock(), state="diverged", reason=self.diverged))
+            self.stop()
+        if not commit.taken:
+            return
+        self.members.alive()
+        for hook in self.step_hooks:
+            hook(self.ledger.step)
+        done = self.ledger.step >= self.cfg.steps
+        if done or (self.cfg.eval_every and self.ledger.step % self.cfg.eval_every == 0):
+            self.syncing = True  # no task is handed out while the lock is released for evaluation
+            self.cond.release()
+            try:
+                self.evaluate()
+            finally:
+                self.cond.acquire()
+                self.syncing = False
+        if done:
+            self.finished.set()
+            self.stop()
 
     def evaluate(self) -> float | None:
         """Validation loss of the parameters committed at the last step boundary (an `eval` event)."""
@@ -273,13 +288,7 @@ class Coordinator:
     def _record_state(self) -> dict[str, Any]:
         """Build the state (the lock held), keep it for state() calls that find the lock busy
         (refreshed at start and after every step boundary), and return a copy."""
-        stages = []
-        for stage, (first, count) in enumerate(self.members.bounds):
-            credited = self.ledger.samples(stage)
-            peers = [{"peer": p.name, "queue": p.queue_length, "samples": p.samples, "delay": p.delay,
-                      "worker": p.worker, "credited": credited.get(p.name, 0)} for p in self.members.live(stage)]
-            stages.append({"stage": stage, "layers": list(range(first, first + count)), "peers": peers})
         self._last_state = {"status": "paused" if self.paused else "running", "step": self.ledger.step,
                             "steps": self.cfg.steps, "loss": self.last_loss, "paused_stages": sorted(self.paused),
-                            "stages": stages}
+                            "stages": self.members.stages()}
         return dict(self._last_state)

@@ -164,7 +164,7 @@ class RunHandle(ABC):
         """Status, step, last loss, paused stages, and every stage's peers with queue lengths."""
 
     @abstractmethod
-    def dashboard(self, timeout: float = 60) -> str | None:
+    def dashboard(self, timeout: float | None = None) -> str | None:
         """The Dask dashboard's address; None where no cluster runs the peers."""
 
     # -- life cycle ----------------------------------------------------------------------------

@@ -1,27 +1,54 @@
 """Who serves which stage: the registry of live peers and the verbs that change it.
 
-A part of the `Coordinator` (whose lock, ledger and committed states it uses): peers join with a
-neighbour's state, crash or are evicted (their credited samples go back to the ledger), move
-between stages, and Algorithm 2 picks moves every `rebalance_period` seconds. The registry is
-the in-process directory trainers route over; on Dask the DHT mirrors it.
+A part of the run's coordinator (its lock, ledger and committed states, as `Run` names them):
+peers join with a neighbour's state, crash or are evicted (their credits go back to the ledger),
+move between stages, and Algorithm 2 picks moves every `rebalance_period` seconds; a stage without
+a live peer pauses the run until one joins. The registry is the in-process directory trainers
+route over; on Dask the DHT mirrors it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from labkit import events
-from labkit.runtime.ports import PeerHandle, RunEnded
+from labkit.config import RunConfig
+from labkit.model.assembly import stage_module
+from labkit.model.partition import stage_bounds
+from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
+from labkit.runtime.resize import recut_states
+from labkit.swarm.ledger import StepLedger
 from labkit.swarm.rebalance import choose_move, join_stage
 
-if TYPE_CHECKING:
-    from labkit.runtime.coordinator import Coordinator
+LOAD_PERIOD = 0.25  # seconds between `load` events (each live peer's queue length)
+
+
+class Run(Protocol):
+    """What the membership needs of the run it belongs to (the coordinator)."""
+
+    cfg: RunConfig
+    factory: PeerFactory
+    ledger: StepLedger
+    lock: threading.RLock
+    cond: threading.Condition
+    snapshots: list[dict[str, Any]]  # the stages' committed states
+    paused: set[int]  # stages without a live peer
+    running: bool  # new peers must be ready before they join
+    closed: bool  # the peers were stopped
+    stopped: threading.Event
+    clock: Callable[[], float]
+
+    def emit(self, event: events.Event) -> None: ...
+
+    def live_or_raise(self, verb: str) -> None: ...
 
 
 class Membership:
     """The live peers of one run and the verbs that add, remove and move them."""
 
-    def __init__(self, coordinator: Coordinator, bounds: list[tuple[int, int]]) -> None:
+    def __init__(self, coordinator: Run, bounds: list[tuple[int, int]]) -> None:
         self.c = coordinator
         self.bounds = bounds  # (first block, blocks) per stage
         self.peers: dict[str, PeerHandle] = {}
@@ -52,11 +79,16 @@ class Membership:
                 raise KeyError(f"no live peer named {name!r}; live peers: {sorted(self.peers)}")
             return peer
 
-    def spawn(self, stage: int, state: dict[str, Any]) -> str:
-        """Start the next peer of `stage` with `state`, before the run starts; returns its name."""
-        name = self._next_name(stage)
-        self._enter(name, self.c.factory.start_peer(name, stage, state, source=None, delay=0.0, running=False))
-        return name
+    def populate(self) -> None:
+        """Start every stage's first peers with its committed state, before the run starts."""
+        for stage, count in enumerate(self.c.cfg.peers_per_stage):
+            for _ in range(count):
+                name = self._next_name(stage)
+                peer = self.c.factory.start_peer(name, stage, self.c.snapshots[stage], source=None, delay=0.0,
+                                                 running=False)
+                self._enter(name, peer)
+                if self.c.cfg.sync.mode == "diloco":
+                    peer.call("ensure_diloco", self.c.cfg.sync).result()
 
     def _next_name(self, stage: int) -> str:
         self._counter[stage] += 1
@@ -68,16 +100,43 @@ class Membership:
         self._epochs[name] = 0
         self.c.emit(events.peer(self.c.clock(), peer=name, stage=peer.stage, state="joined", queue=0))
 
-    def rebuild(self, bounds: list[tuple[int, int]]) -> None:
-        """Replace every peer by one of the same name holding its stage's committed state under
-        the new `bounds` (a layer split, applied at a step boundary with nothing in flight)."""
-        self.bounds = bounds
+    def stages(self) -> list[dict[str, Any]]:
+        """Every stage's layers and live peers: queue length, samples held, samples credited."""
+        out = []
+        for stage, (first, count) in enumerate(self.bounds):
+            credited = self.c.ledger.samples(stage)
+            peers = [{"peer": p.name, "queue": p.queue_length, "samples": p.samples, "delay": p.delay,
+                      "worker": p.worker, "credited": credited.get(p.name, 0)} for p in self.live(stage)]
+            out.append({"stage": stage, "layers": list(range(first, first + count)), "peers": peers})
+        return out
+
+    def publish_loads(self) -> None:
+        """Every live peer's queue length as a `load` event, LOAD_PERIOD apart, until the run
+        stops (the stage-load charts). Reads a copy of the registry, never the lock."""
+        while not self.c.stopped.wait(LOAD_PERIOD):
+            for p in list(self.peers.values()):
+                self.c.emit(events.load(self.c.clock(), peer=p.name, stage=p.stage, queue=p.queue_length))
+
+    def alive(self) -> None:
+        """Every live peer, by name, as an `alive` event (after each step)."""
+        now = self.c.clock()
+        for p in sorted(self.peers.values(), key=lambda p: p.name):
+            self.c.emit(events.peer(now, peer=p.name, stage=p.stage, state="alive", queue=p.queue_length))
+
+    def rebuild(self, states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The committed `states` re-sliced to the layer split now in the run's config, and every
+        peer replaced by one of the same name holding its stage's (at a step boundary: nothing
+        is in flight)."""
+        cfg = self.c.cfg
+        self.bounds = stage_bounds(cfg.layer_split)
+        states = recut_states(states, lambda stage, params: stage_module(cfg, stage, params), cfg.stages)
         for name, old in list(self.peers.items()):
             old.close()
-            self.peers[name] = self.c.factory.start_peer(name, old.stage, self.c.snapshots[old.stage], source=None,
+            self.peers[name] = self.c.factory.start_peer(name, old.stage, states[old.stage], source=None,
                                                          delay=old.delay, running=self.c.running)
             if self.c.running:
                 self.c.factory.admit(self.peers[name])
+        return states
 
     # -- verbs -------------------------------------------------------------------------------
     def add_peer(self, stage: int | None = None) -> str:
@@ -121,6 +180,14 @@ class Membership:
             c.cond.notify_all()
         c.factory.admit(peer)
         return name
+
+    def stage_empty(self, stage: int) -> None:
+        """A trainer found no live peer for `stage`: pause until one is added (`add_peer`)."""
+        with self.c.lock:
+            if not self.live(stage) and stage not in self.c.paused:
+                self.c.paused.add(stage)
+                self.c.emit(events.run(self.c.clock(), state="paused",
+                                       reason=f"stage {stage} has no live peer; add_peer({stage}) resumes the run"))
 
     def kill_peer(self, name: str) -> None:
         """Crash a peer: its queue, stashed activations and accumulated gradients are gone."""
@@ -179,22 +246,20 @@ class Membership:
                 return
 
     def timed_out(self, name: str, may_have_accumulated: bool) -> None:
-        """A trainer gave up on a peer. If the request may have accumulated a gradient the ledger
-        never credited, the peer is evicted (a straggler) so that no sample is counted twice."""
+        """A trainer gave up on a peer and banned it (a `banned` event). If the request may have
+        accumulated a gradient after all, no credit comes for it: the step boundary drops it."""
         with self.c.lock:
             peer = self.peers.get(name)
-            if peer is None:
-                return
-            self.c.emit(events.peer(self.c.clock(), peer=name, stage=peer.stage, state="banned",
-                                    queue=peer.queue_length))
-            if may_have_accumulated:
-                self.evict(name, "timeout during backward")
+            if peer is not None:
+                during = "a request that may accumulate a gradient" if may_have_accumulated else "a forward"
+                self.c.emit(events.peer(self.c.clock(), peer=name, stage=peer.stage, state="banned",
+                                        queue=peer.queue_length) | {"reason": f"timeout during {during}"})
 
     def drop_gradients(self, name: str, reason: str) -> None:
-        """A peer holds gradients no credit will come for: it drops every accumulated gradient
-        (queued behind whatever reached it first) and the ledger withdraws its credits, so those
-        samples are recomputed. Its parameters are untouched, so it serves on: evicting it could
-        leave a stage with no peer. Evicted instead if it fails to drop them."""
+        """A peer holds gradients no credit will come for (the step boundary's verdict): it drops
+        them all (queued behind whatever reached it first) and the ledger withdraws its credits,
+        to be recomputed. Its parameters are untouched, so it serves on (evicting it could leave a
+        stage with no peer); evicted instead if it fails to drop them."""
         with self.c.lock:
             peer = self.peers.get(name)
             if peer is None or self.c.closed:
@@ -207,6 +272,26 @@ class Membership:
             lost = self.c.ledger.withdraw(name)
             self.c.emit(events.setting(self.c.clock(), name="gradients_dropped",
                                        value=f"{name}: {reason}; {lost} samples to recompute"))
+
+    def settle(self, evict: dict[str, str], drop: dict[str, str]) -> None:
+        """Carry out a step boundary's verdicts: evict the peers in `evict` (one already gone has
+        its credits withdrawn), have those in `drop` drop their gradients (name -> why, each)."""
+        for name, why in evict.items():
+            if name in self.peers:
+                self.evict(name, why)
+            else:
+                self.c.ledger.peer_lost(name)
+        for name, why in drop.items():
+            self.drop_gradients(name, why)
+
+    def stop_all(self, crash: bool) -> None:
+        """Crash every peer, or close each after its queued requests (the run is over); from a copy
+        of the registry, without the lock (a boundary waiting on a slow peer may hold it)."""
+        for p in list(self.peers.values()):
+            if crash:
+                p.kill()
+            else:
+                p.close()
 
     def evict(self, name: str, reason: str) -> None:
         """Kill a peer for a fault, unless it is already gone (or the run is over)."""

@@ -1,8 +1,10 @@
 """A stage server: one replica of one stage, served by its own request queue and thread.
 
 Trainers submit forward / backward / loss requests and get futures back (the in-process
-transport, labkit/runtime/request_queue.py). The peer runs them one at a time, keeps the stage inputs (and autograd graph) of every microbatch in flight so backward
-can retrace it, and accumulates parameter gradients and sample counts until the swarm's step.
+transport, labkit/runtime/request_queue.py). The peer runs them one at a time, keeps the stage
+inputs (and autograd graph) of every microbatch attempt in flight so backward can retrace it, and
+accumulates parameter gradients until the swarm's step, with the samples of each attempt its sum
+holds (what the step boundary reconciles with the ledger's credits).
 Killing a peer drops its queue, its stash and its accumulated gradients, as a crash would.
 """
 
@@ -20,6 +22,7 @@ from labkit.model import Stage
 from labkit.runtime.diloco import OuterState
 from labkit.runtime.optim import apply_step, make_optimizer
 from labkit.runtime.request_queue import RequestQueue
+from labkit.swarm.ledger import AttemptKey
 from labkit.wire import Codec, Encoded, get_codec
 
 
@@ -43,10 +46,10 @@ class StagePeer(RequestQueue):
         self.outer: OuterState | None = None  # set while the stage syncs with DiLoCo
         self._codecs: dict[str, Codec] = {}
         self.accum = [torch.zeros_like(p) for p in self.params]
-        self.samples = 0  # samples whose gradient is in `accum`
+        self.attempts: dict[AttemptKey, int] = {}  # the attempts whose gradient is in `accum`, with their samples
         self.worker = "local"  # where the peer runs (a Dask worker's address for remote peers)
         self.delay = 0.0  # extra seconds per request: makes a peer slow on purpose (demos, tests)
-        self._stash: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self._stash: dict[AttemptKey, tuple[torch.Tensor, torch.Tensor | None]] = {}
         self._killed = threading.Event()  # ends an artificial delay at once
         super().__init__(f"peer-{name}", lambda: PeerDied(name))
 
@@ -56,7 +59,12 @@ class StagePeer(RequestQueue):
         super().kill()
         self._stash.clear()
         self.accum = []
-        self.samples = 0
+        self.attempts = {}
+
+    @property
+    def samples(self) -> int:
+        """Samples whose gradient is in `accum` (read from other threads: a copy, taken at once)."""
+        return sum(self.attempts.copy().values())
 
     def close(self) -> None:
         """Stop after the requests already queued; requests sent afterwards fail at once with
@@ -89,7 +97,7 @@ class StagePeer(RequestQueue):
             self._codecs[name] = get_codec(name)
         return self._codecs[name]
 
-    def forward(self, attempt: int, x: torch.Tensor | Encoded, keep: bool, codec: str) -> Encoded:
+    def forward(self, attempt: AttemptKey, x: torch.Tensor | Encoded, keep: bool, codec: str) -> Encoded:
         """Run the stage on `x`; if backward will come (`keep`), remember what it needs."""
         self._slow_down()
         x = self._decode(x)
@@ -108,17 +116,18 @@ class StagePeer(RequestQueue):
             self._stash[attempt] = (x, out)
         return self._encode(codec, out.detach())
 
-    def backward(self, attempt: int, grad_out: Encoded, accumulate: bool, samples: int, codec: str) -> Encoded | None:
+    def backward(self, attempt: AttemptKey, grad_out: Encoded, accumulate: bool, samples: int,
+                 codec: str) -> Encoded | None:
         """Backpropagate `grad_out` through the stashed microbatch; accumulate if asked."""
         self._slow_down()
         x, out = self._stash.pop(attempt)
         if out is None:  # activation checkpointing: recompute the forward with a graph
             with torch.enable_grad():
                 out = self.module(x)
-        grad_x = self._grads(x, out, self._decode(grad_out), accumulate, samples)
+        grad_x = self._grads(attempt, x, out, self._decode(grad_out), accumulate, samples)
         return None if grad_x is None else self._encode(codec, grad_x)
 
-    def loss(self, attempt: int, x: torch.Tensor | Encoded, targets: torch.Tensor, scale: float,
+    def loss(self, attempt: AttemptKey, x: torch.Tensor | Encoded, targets: torch.Tensor, scale: float,
              accumulate: bool, samples: int, codec: str) -> tuple[float, Encoded | None]:
         """Last stage: forward, cross-entropy summed and scaled, backward at once."""
         self._slow_down()
@@ -128,10 +137,10 @@ class StagePeer(RequestQueue):
         with torch.enable_grad():
             logits = self.module(x)  # (B, T, vocab)
             loss = F.cross_entropy(logits.flatten(0, 1), targets.to(self.device).flatten(), reduction="sum") * scale
-        grad_x = self._grads(x, loss, None, accumulate, samples)
+        grad_x = self._grads(attempt, x, loss, None, accumulate, samples)
         return float(loss.detach()), None if grad_x is None else self._encode(codec, grad_x)
 
-    def _grads(self, x: torch.Tensor, out: torch.Tensor, grad_out: torch.Tensor | None,
+    def _grads(self, attempt: AttemptKey, x: torch.Tensor, out: torch.Tensor, grad_out: torch.Tensor | None,
                accumulate: bool, samples: int) -> torch.Tensor | None:
         wrt = ([] if self.module.is_first else [x]) + (self.params if accumulate else [])
         if not wrt:
@@ -142,7 +151,7 @@ class StagePeer(RequestQueue):
             for buf, g in zip(self.accum, grads[len(wrt) - len(self.params):]):
                 if g is not None:
                     buf.add_(g)
-            self.samples += samples
+            self.attempts[attempt] = self.attempts.get(attempt, 0) + samples
         return grad_x
 
     def echo(self, x: Encoded) -> Encoded:
@@ -153,14 +162,15 @@ class StagePeer(RequestQueue):
         """Forget activations of abandoned attempts (called between steps)."""
         self._stash.clear()
 
-    def gradients(self) -> tuple[list[torch.Tensor], int]:
-        """This peer's accumulated gradient sums and sample count (kept until the step clears them)."""
-        return self.accum, self.samples
+    def gradients(self) -> tuple[list[torch.Tensor], dict[AttemptKey, int]]:
+        """This peer's accumulated gradient sums and the attempts they hold, with their samples
+        (kept until the step clears them)."""
+        return self.accum, dict(self.attempts)
 
     def clear_gradients(self) -> None:
-        """Drop the accumulated gradients and their sample count (the parameters stay)."""
+        """Drop the accumulated gradients and their attempts (the parameters stay)."""
         self.accum = [torch.zeros_like(p) for p in self.params]
-        self.samples = 0
+        self.attempts = {}
 
     def optimizer_step(self, grads: list[torch.Tensor], step: int) -> None:
         """Apply the stage's summed gradient: every peer of a stage takes this identical step.

@@ -3,7 +3,9 @@
 - `PeerHandle`: one peer as seen by its callers — the transport endpoint. `call` sends a request
   and returns a future; the in-process `StagePeer` queues it for its own thread, the Dask
   `RemotePeer` sends it to an actor on another worker, and the unit tests' fake answers at once.
-- `PeerFactory`: where a backend starts peers (and trainers), and how it watches them.
+- `PeerFactory`: where a backend starts peers (and trainers), and how it watches them; it is
+  bound to the run it serves as a `Coordinated` (the run's config, its `Roster` of live peers,
+  and the work source and directory its trainers use), not to the coordinator's class.
 - `Directory`: announce / discover peers (the coordinator's registry in-process; the hivemind
   DHT on Dask). Trainers route over what a directory discovers.
 - `WorkSource`: what a trainer needs from whatever feeds it work (the coordinator in-process, a
@@ -14,13 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from labkit.config import RunConfig
 from labkit.events import Event
 from labkit.swarm.ledger import Task
-
-if TYPE_CHECKING:
-    from labkit.runtime.coordinator import Coordinator
 
 
 class RunEnded(RuntimeError):
@@ -110,6 +110,23 @@ class WorkSource(Protocol):
         """Seconds since the run started (the timestamp of events)."""
 
 
+class Roster(Protocol):
+    """The live peers of a run, as a backend watching them sees them."""
+
+    peers: dict[str, PeerHandle]
+
+    def evict(self, name: str, reason: str) -> None:
+        """Take a failed peer out of the run (its credits are recomputed)."""
+
+
+class Coordinated(WorkSource, Directory, Protocol):
+    """What a factory starts peers and trainers for: the run's config and peers, and the work
+    source and directory its trainers use (the coordinator)."""
+
+    cfg: RunConfig
+    members: Roster
+
+
 class PeerFactory(Protocol):
     """How a backend starts and watches the peers and trainers of one coordinator."""
 
@@ -128,7 +145,7 @@ class PeerFactory(Protocol):
     def start_trainers(self, count: int) -> list[TrainerHandle]:
         """`count` trainers (not yet started) taking work from the coordinator."""
 
-    def bind(self, coordinator: Coordinator) -> None:
+    def bind(self, coordinator: Coordinated) -> None:
         """The coordinator this factory starts peers for (called once, before the first peer)."""
 
     def started(self) -> None:

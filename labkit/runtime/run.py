@@ -167,8 +167,9 @@ class Run(RunHandle):
         if self._core is not None:
             self._core.stop()
 
-    def dashboard(self, timeout: float = 60) -> str | None:
-        """The address of the workers' dashboard (Dask's), once the run started; None without one."""
+    def dashboard(self, timeout: float | None = None) -> str | None:
+        """The address of the workers' dashboard (Dask's), once the run's workers are up (waiting
+        at most `timeout` seconds; None: until then); None where there is none."""
         self._ready.wait(timeout)
         return None if self._core is None else self._core.dashboard
 

@@ -126,9 +126,9 @@ class Trainer:
             if server is None:
                 future = None
             elif self.links is None:
-                future = server.call(method, task.attempt, *args)
+                future = server.call(method, task.key, *args)
             else:
-                future = self.links.link(target).call(server, method, task.attempt, *args)
+                future = self.links.link(target).call(server, method, task.key, *args)
             try:
                 if future is None:
                     raise LookupError(target)

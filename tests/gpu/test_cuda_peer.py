@@ -39,12 +39,12 @@ def test_cuda_peer_matches_the_cpu_peer() -> None:
     results = {}
     for device in ("cpu", "cuda"):
         peer = _peer(cfg, device)
-        loss, _ = peer.call("loss", 1, inputs, targets, 1.0 / (4 * 32), True, 4, "fp32").result()
-        grads, samples = peer.call("gradients").result()
-        results[device] = (loss, [g.cpu() for g in grads], samples)
+        loss, _ = peer.call("loss", (0, 0, 1), inputs, targets, 1.0 / (4 * 32), True, 4, "fp32").result()
+        grads, held = peer.call("gradients").result()
+        results[device] = (loss, [g.cpu() for g in grads], held)
         peer.close()
     (cpu_loss, cpu_grads, n), (gpu_loss, gpu_grads, m) = results["cpu"], results["cuda"]
-    assert n == m == 4
+    assert n == m == {(0, 0, 1): 4}  # the attempt its sum holds, with its samples
     assert gpu_loss == pytest.approx(cpu_loss, rel=1e-4)
     for a, b in zip(cpu_grads, gpu_grads):
         assert torch.allclose(a, b, rtol=1e-3, atol=1e-5)
@@ -58,7 +58,7 @@ def test_bf16_peer_on_cuda_learns_a_batch() -> None:
     assert all(p.dtype == torch.bfloat16 and p.is_cuda for p in peer.params)
     losses = []
     for step in range(20):
-        loss, _ = peer.call("loss", step, inputs, targets, 1.0 / (8 * 32), True, 8, "bf16").result()
+        loss, _ = peer.call("loss", (step, 0, step + 1), inputs, targets, 1.0 / (8 * 32), True, 8, "bf16").result()
         grads, _ = peer.call("gradients").result()
         peer.call("optimizer_step", [g.clone() for g in grads], step).result()
         losses.append(loss)

@@ -24,17 +24,21 @@ class FakePeer:
     def __init__(self, name: str, stage: int, state: dict[str, Any]) -> None:
         self.name, self.stage, self.state_, self.delay = name, stage, state, 0.0
         self.grads: list[torch.Tensor] = [torch.zeros(2)]
-        self.samples = 0
+        self.attempts: dict[tuple[int, int, int], int] = {}  # attempt key -> samples in `grads`
         self.round_samples = 0  # DiLoCo: samples since the last outer step
         self.pseudo = [torch.zeros(2)]
         self.applied: list[tuple[str, Any]] = []  # (method, argument) of every step it took
         self.fail_on: set[str] = set()
         self.alive = True
 
-    def accumulate(self, grad: list[float], samples: int) -> None:
-        """What a backward pass does: add a gradient for `samples` samples."""
+    @property
+    def samples(self) -> int:
+        return sum(self.attempts.values())
+
+    def accumulate(self, grad: list[float], samples: int, attempt: tuple[int, int, int]) -> None:
+        """What a backward pass of `attempt` does: add a gradient for `samples` samples."""
         self.grads = [g + torch.tensor(v) for g, v in zip(self.grads, [grad])]
-        self.samples += samples
+        self.attempts[attempt] = self.attempts.get(attempt, 0) + samples
 
     def call(self, method: str, *args: Any) -> Future:
         future: Future = Future()
@@ -49,20 +53,20 @@ class FakePeer:
         return future
 
     # -- requests ------------------------------------------------------------------------------
-    def gradients(self) -> tuple[list[torch.Tensor], int]:
-        return self.grads, self.samples
+    def gradients(self) -> tuple[list[torch.Tensor], dict[tuple[int, int, int], int]]:
+        return self.grads, dict(self.attempts)
 
     def clear_gradients(self) -> None:
-        self.grads, self.samples = [torch.zeros(2)], 0
+        self.grads, self.attempts = [torch.zeros(2)], {}
 
     def optimizer_step(self, grads: list[torch.Tensor], step: int) -> None:
         self.applied.append(("optimizer_step", grads))
-        self.grads, self.samples = [torch.zeros(2)], 0
+        self.clear_gradients()
 
     def local_step(self, grads: list[torch.Tensor], samples: int, step: int) -> None:
         self.applied.append(("local_step", samples))
         self.round_samples += samples
-        self.grads, self.samples = [torch.zeros(2)], 0
+        self.clear_gradients()
 
     def pseudo_gradient(self) -> tuple[list[torch.Tensor], int]:
         return self.pseudo, self.round_samples

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from labkit.config import ModelConfig, RunConfig, SyncConfig
-from labkit.runtime.boundary import step_boundary
+from labkit.runtime.boundary import Commit, step_boundary
 from labkit.runtime.coordinator import Coordinator
 from labkit.runtime.eventlog import EventLog
 from tests.unit.fake_transport import FakePeers
@@ -32,7 +32,7 @@ def _play_step(c: Coordinator, peers: FakePeers, route: dict[int, list[str]], gr
         credits = {}
         for stage in task.stages:
             name = route[stage][index % len(route[stage])]
-            peers.made[name].accumulate([grad, 2 * grad], c.cfg.microbatch)
+            peers.made[name].accumulate([grad, 2 * grad], c.cfg.microbatch, task.key)
             credits[stage] = name
         c.finish("t0", task, credits, loss=0.5)
         index += 1
@@ -40,9 +40,12 @@ def _play_step(c: Coordinator, peers: FakePeers, route: dict[int, list[str]], gr
             return
 
 
-def _boundary(c: Coordinator) -> None:
+def _boundary(c: Coordinator) -> Commit:
+    """Run the step boundary on the coordinator's books and apply its commit, as its thread does."""
     with c.cond:
-        step_boundary(c)
+        commit = step_boundary(c.books())
+        c.apply(commit)
+        return commit
 
 
 def test_allreduce_applies_the_stage_sum_on_every_peer_and_commits_the_step() -> None:
@@ -60,12 +63,67 @@ def test_allreduce_applies_the_stage_sum_on_every_peer_and_commits_the_step() ->
     assert c.ledger.step == 1 and c.snapshots[1]["steps_taken"] == 1
 
 
-def test_a_peer_holding_uncredited_samples_breaks_the_run_loudly() -> None:
+def test_the_boundary_is_a_value_that_changes_nothing_until_the_coordinator_applies_it() -> None:
+    c, peers, log = _coordinator()
+    _play_step(c, peers, {0: ["s0p0", "s0p1"], 1: ["s1p0", "s1p1"]})
+    before = list(c.snapshots)
+    with c.cond:
+        commit = step_boundary(c.books())
+        assert c.ledger.step == 0 and c.snapshots == before and not log.history("step") and c.schedule.inner == 0
+        assert commit.taken and commit.keep == [["s0p0", "s0p1"], ["s1p0", "s1p1"]] and not commit.drop
+        assert [e["type"] for e in commit.events] == ["sync", "sync", "step"] and commit.diverged is None
+        assert torch.equal(commit.reduced[0][0], torch.tensor([4.0, 8.0])) and commit.states[1]["steps_taken"] == 1
+        c.apply(commit)
+    assert c.ledger.step == 1 and c.snapshots[1]["steps_taken"] == 1 and len(log.history("step")) == 1
+
+
+def test_a_peer_whose_sum_lacks_a_credited_attempt_breaks_the_run_loudly() -> None:
     c, peers, _ = _coordinator()
     _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0"]})
-    peers.made["s0p1"].accumulate([1.0, 1.0], 2)  # a gradient the ledger never credited
-    with pytest.raises(RuntimeError, match="accounting broke: s0p1 accumulated 2 samples, ledger credits 0"):
+    peers.made["s0p0"].attempts.popitem()  # a credited gradient gone from the sum: no fault explains it
+    with pytest.raises(RuntimeError, match=r"accounting broke at step 1: \{'s0p0': 'its sum lacks credited attempts"):
         _boundary(c)
+
+
+def test_a_late_backward_after_a_timeout_is_dropped_not_evicted_and_recomputed() -> None:
+    """A trainer gives up on s1p1 (a loss request past `peer_timeout`) and retries on s1p0; the
+    late request accumulates on s1p1 all the same. The boundary drops s1p1's sum (no credit came
+    for that attempt) and recomputes what the ledger credited it; no peer is evicted."""
+    c, peers, log = _coordinator()
+    task, _ = c.next_task("t0")
+    peers.made["s1p1"].accumulate([9.0, 9.0], 2, task.key)  # served after its trainer gave up
+    c.peer_timed_out("s1p1", may_have_accumulated=True)
+    for name in ("s1p0", "s0p0"):
+        peers.made[name].accumulate([1.0, 2.0], 2, task.key)
+    c.finish("t0", task, {0: "s0p0", 1: "s1p0"}, loss=0.5)
+    _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0", "s1p1"]})
+    commit = _boundary(c)
+    assert list(commit.drop) == ["s1p1"] and not commit.evict and not commit.taken
+    assert str(task.key) in commit.drop["s1p1"]
+    banned, = [e for e in log.history("peer") if e["state"] == "banned"]
+    assert banned["peer"] == "s1p1" and "may accumulate" in banned["reason"]
+    assert not [e for e in log.history("peer") if e["state"] == "killed"] and peers.made["s1p1"].samples == 0
+    _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0"]})
+    _boundary(c)
+    step, = log.history("step")
+    assert step["stage_samples"] == [8, 8]
+    (_, grads), = peers.made["s1p0"].applied
+    assert torch.equal(grads[0], torch.tensor([4.0, 8.0])), "the late gradient is in no stage's sum"
+
+
+def test_a_gradient_of_an_earlier_step_is_dropped_at_the_next_boundary() -> None:
+    """A request that lands after its step was taken accumulates into the next step's sum under
+    its own (earlier) attempt key: the next boundary drops that sum and recomputes its credits."""
+    c, peers, log = _coordinator()
+    _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0"]})
+    _boundary(c)
+    peers.made["s0p0"].accumulate([5.0, 5.0], 2, (0, 1, 99))  # step 0's attempt, arriving late
+    _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0"]})
+    commit = _boundary(c)
+    assert list(commit.drop) == ["s0p0"] and "(0, 1, 99)" in commit.drop["s0p0"]
+    _play_step(c, peers, {0: ["s0p1"], 1: ["s1p0"]})
+    _boundary(c)
+    assert [e["step"] for e in log.history("step")] == [1, 2]
 
 
 def test_a_peer_failing_while_sums_are_gathered_is_evicted_and_its_samples_recomputed() -> None:
@@ -112,13 +170,13 @@ def test_gradients_of_a_dead_trainers_microbatch_are_dropped_and_their_samples_r
     evicted, which could leave its stage empty, and the run does not stop on broken accounting."""
     c, peers, log = _coordinator()
     task, _ = c.next_task("t9")
-    peers.made["s1p1"].accumulate([1.0, 1.0], 2)  # t9's loss request reached s1p1, then t9's worker died
+    peers.made["s1p1"].accumulate([1.0, 1.0], 2, task.key)  # t9's loss request reached s1p1, then its worker died
     c.trainer_lost("t9", "its worker left")
     _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0", "s1p1"]})
     credited = c.ledger.samples(1)["s1p1"]
     _boundary(c)
     dropped, = [e for e in log.history("setting") if e["name"] == "gradients_dropped"]
-    assert dropped["value"].startswith("s1p1: holds gradients of a microbatch whose trainer died")
+    assert dropped["value"].startswith(f"s1p1: its sum holds attempts the ledger never credited it: [{task.key}]")
     assert f"{credited} samples to recompute" in dropped["value"]
     assert not [e for e in log.history("peer") if e["state"] == "killed"] and "s1p1" in c.members.peers
     assert peers.made["s1p1"].samples == 0 and "s1p1" not in c.ledger.samples(1)
@@ -186,3 +244,20 @@ def test_a_joiner_starts_without_the_lock_and_enters_with_the_state_committed_me
     assert joined == ["s0p2"] and peers.admitted == ["s0p2"]
     assert peers.made["s0p2"].state_ == c.snapshots[0] and c.snapshots[0]["steps_taken"] == 1
     assert [e["peer"] for e in log.history("peer") if e["state"] == "joined"][-1] == "s0p2"
+
+
+def test_a_credit_to_a_peer_that_is_gone_is_withdrawn_at_the_boundary() -> None:
+    """The rule's verdict for a peer that reports nothing is drop, whether it failed to answer or
+    is no longer a member: its credits go back to the ledger and are recomputed, never summed."""
+    c, peers, log = _coordinator()
+    task, _ = c.next_task("t0")
+    c.finish("t0", task, {0: "s0p0", 1: "gone"}, loss=0.5)  # credited to a peer the run no longer has
+    peers.made["s0p0"].accumulate([1.0, 2.0], 2, task.key)
+    _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0"]})
+    commit = _boundary(c)
+    assert commit.evict == {"gone": "it reported no gradient sum"} and not commit.taken
+    assert "gone" not in c.ledger.samples(1) and not log.history("step")
+    _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0"]})
+    _boundary(c)
+    step, = log.history("step")
+    assert step["stage_samples"] == [8, 8]

@@ -1,8 +1,9 @@
 """Architecture guardrails: no import cycles, torch-free pure layers, layer rules, small modules.
 
 The import graph is read from source with `ast` (labkit is not imported for it): every `import`
-and `from ... import` anywhere in a module counts, lazy ones inside functions included, except
-those under `if TYPE_CHECKING:`. `from pkg import name` is an edge to the submodule `pkg.name`
+and `from ... import` anywhere in a module counts, lazy ones inside functions and type-only ones
+under `if TYPE_CHECKING:` included (a type-only import is a dependency all the same).
+`from pkg import name` is an edge to the submodule `pkg.name`
 when that file exists, else to `pkg` (its `__init__.py`); `import a.b.c` is an edge to `a.b.c`
 only. Imports through `importlib.import_module(...)` are invisible to this graph.
 """
@@ -60,27 +61,13 @@ def discover_modules(root: Path, package: str) -> dict[str, Path]:
     return modules
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    """Whether an `if` test is `TYPE_CHECKING` or `typing.TYPE_CHECKING`."""
-    if isinstance(test, ast.Name):
-        return test.id == "TYPE_CHECKING"
-    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-
-
 class _ImportCollector(ast.NodeVisitor):
-    """Collects (base module, imported name or None, line) of each import outside TYPE_CHECKING."""
+    """Collects (base module, imported name or None, line) of each import, wherever it is."""
 
     def __init__(self, module: str, is_package: bool) -> None:
         self.module = module
         self.is_package = is_package
         self.imports: list[tuple[str, str | None, int]] = []
-
-    def visit_If(self, node: ast.If) -> None:
-        if _is_type_checking(node.test):
-            for child in node.orelse:
-                self.visit(child)
-        else:
-            self.generic_visit(node)
 
     def visit_Import(self, node: ast.Import) -> None:
         self.imports.extend((alias.name, None, node.lineno) for alias in node.names)
@@ -230,8 +217,9 @@ def test_cycle_finder_reports_lazy_cycle_and_resolves_submodules(tmp_path: Path)
     assert [edge.target for edge in graph["fake.c"]] == ["fake"]
 
 
-def test_cycle_finder_ignores_type_checking_imports(tmp_path: Path) -> None:
-    """An import under `if TYPE_CHECKING:` is no edge, so a->b plus a hint back is no cycle."""
+def test_cycle_finder_counts_type_checking_imports(tmp_path: Path) -> None:
+    """An import under `if TYPE_CHECKING:` (either spelling) is an edge: a->b plus a hint back is
+    a cycle (a type-only import still ties b to a)."""
     _write_package(tmp_path, {
         "fake/__init__.py": "",
         "fake/a.py": "from fake.b import helper\n",
@@ -246,8 +234,11 @@ def test_cycle_finder_ignores_type_checking_imports(tmp_path: Path) -> None:
             "    return 1\n"
         ),
     })
-    assert find_cycles(tmp_path, "fake") == []
-    assert import_graph(tmp_path, "fake")["fake.b"] == []
+    assert [sorted(members) for members, _ in find_cycles(tmp_path, "fake")] == [["fake.a", "fake.b"]]
+    assert sorted(str(edge) for edge in import_graph(tmp_path, "fake")["fake.b"]) == [
+        "fake/b.py:5: fake.b -> fake.a",
+        "fake/b.py:7: fake.b -> fake.a",
+    ]
 
 
 def test_cycle_finder_reports_self_import(tmp_path: Path) -> None:

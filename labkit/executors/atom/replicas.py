@@ -233,7 +233,9 @@ class AtomReplicas:
     def _heartbeats_agree(self) -> bool:
         """Whether every credited replica's heartbeat count equals its ledger credit (the global
         batch is reached by the counts the replicas publish); a disagreement that lasts
-        `HEARTBEAT_PATIENCE` seconds is a broken invariant."""
+        `HEARTBEAT_PATIENCE` seconds is a broken invariant. Not `reconcile`'s case: a heartbeat is a
+        count read from a DHT that lags (disagreeing means "not yet"), and no replica can hold an
+        uncredited attempt (the run credits an iteration as it returns; one interrupted is dropped whole)."""
         credited = self.ledger.samples(0)
         counts = self.host.heartbeats({r.name: r.engine for r in self.live()}, self.ledger.step)
         if all(counts.get(name) == n for name, n in credited.items()):
