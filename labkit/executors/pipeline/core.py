@@ -50,7 +50,7 @@ class PipelineCore:
         self._thread: threading.Thread | None = None
         self._attempt: Attempt | None = None
         self._applying = False  # the attempt's optimizer steps have begun: live peers may have stepped
-        self._keys = itertools.count()
+        self._attempts = itertools.count()  # numbers the attempts: a recomputed step's sums are keyed apart
         self._numbers = [itertools.count() for _ in range(cfg.stages)]
         try:
             with self.cond:
@@ -176,8 +176,8 @@ class PipelineCore:
             batches = [self.sampler.batch(self.step, mb, cfg.microbatch) for mb in range(cfg.microbatches_per_step)]
             grid = [[(p.name, p.port) for p in row] for row in self.slots]
             self._attempt = Attempt(grid, batches, schedule=cfg.executor.schedule, codec=cfg.compression.codec,
-                                    scale=1.0 / (cfg.model.seq_len * cfg.global_batch), key=next(self._keys),
-                                    report=self._hop)
+                                    scale=1.0 / (cfg.model.seq_len * cfg.global_batch), step=self.step,
+                                    attempt=next(self._attempts), report=self._hop)
             return self._attempt
 
     def _hop(self, lane: int, stage: int, peer: str, kind: str, nbytes: int, seconds: float, mb: int) -> None:
@@ -188,22 +188,26 @@ class PipelineCore:
 
     def _apply(self, attempt: Attempt) -> tuple[list[dict[str, Any]], list[int]]:
         """Sum each stage's gradients over its lanes and step every replica with the sum; returns the
-        stages' new states and the samples each stage's gradient covers."""
+        stages' new states and the samples each stage's gradient covers (every microbatch of this
+        attempt once: checked by the attempts each peer's sum holds)."""
         totals, counted = [], []
+        whole = {attempt.key(mb): len(inputs) for mb, (inputs, _) in enumerate(attempt.batches)}
         for row in attempt.grid:
-            total, samples = None, 0
+            total, held = None, {}
             for _, port in row:
-                grads, n = port.request("gradients")
+                grads, attempts = port.request("gradients")
                 if total is None:
                     total = [g.detach().clone() for g in grads]
                 else:
                     for t, g in zip(total, grads):
                         t.add_(g)
-                samples += n
+                for key, samples in attempts.items():
+                    held[key] = held.get(key, 0) + samples
+            if held != whole:  # a bug, not a fault
+                raise RuntimeError(f"a stage's gradient sums hold {sorted(held.items())}, not each microbatch of "
+                                   f"this attempt once: {sorted(whole.items())}")
             totals.append(total)
-            counted.append(samples)
-        if counted != [self.cfg.global_batch] * self.cfg.stages:  # a bug, not a fault
-            raise RuntimeError(f"the stages' gradients cover {counted} samples, not {self.cfg.global_batch} each")
+            counted.append(sum(held.values()))
         with self.cond:
             self._applying = True
         for row, total in zip(attempt.grid, totals):

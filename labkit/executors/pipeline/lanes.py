@@ -20,6 +20,7 @@ import torch
 from labkit.executors.pipeline.peers import StagePort
 from labkit.executors.pipeline.schedule import BACKWARD, FORWARD, deal, stage_order
 from labkit.runtime.peer import PeerDied
+from labkit.swarm.ledger import AttemptKey
 
 # (lane, stage, peer, kind, bytes sent and received, seconds, microbatch): one request, answered
 HopReport = Callable[[int, int, str, str, int, float, int], None]
@@ -76,13 +77,17 @@ class Attempt:
     """One attempt at a step: `grid[stage][lane]` = (peer name, port); `batches[mb]` = (inputs, targets)."""
 
     def __init__(self, grid: Sequence[Sequence[tuple[str, StagePort]]], batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
-                 *, schedule: str, scale: float, codec: str, key: int, report: HopReport) -> None:
+                 *, schedule: str, scale: float, codec: str, step: int, attempt: int, report: HopReport) -> None:
         self.grid, self.batches, self.schedule, self.scale, self.codec = grid, batches, schedule, scale, codec
-        self.key, self.report = key * len(batches), report  # stash keys unique to this attempt
+        self.step, self.attempt, self.report = step, attempt, report
         self.box = Mailbox()
         self.shares = deal(len(batches), len(grid[0]))
         self.losses: dict[int, float] = {}
         self.busy = [[0.0] * len(grid[0]) for _ in grid]
+
+    def key(self, mb: int) -> AttemptKey:
+        """What microbatch `mb`'s activations and gradient sums are kept under at the peers."""
+        return (self.step, mb, self.attempt)
 
     def run(self) -> Outcome:
         """Drive every (stage, lane) to the end; `Broken` if a peer died (or `stop` was called),
@@ -115,7 +120,7 @@ class Attempt:
         """Run `kind` of microbatch `mb` on the peer at (stage, lane), and pass on what it returns."""
         name, port = self.grid[stage][lane]
         inputs, targets = self.batches[mb]
-        samples, key = inputs.shape[0], self.key + mb
+        samples, key = inputs.shape[0], self.key(mb)
         if kind == BACKWARD:
             grad = self.box.get(("grad", stage, mb))
             start = time.perf_counter()
