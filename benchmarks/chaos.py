@@ -3,12 +3,13 @@ for steps, against the same run without faults in the same invocation.
 
     python benchmarks/chaos.py --minutes 10 --kill-every 10 [--baseline-minutes 2] [--seed 0]
 
-Each run has a LocalCluster of its own (a worker per peer and trainer, one for the coordinator and
-one spare). A kill comes after an exponential wait of mean `--kill-every` seconds; its victim is a
+Each run has a LocalCluster of its own (a worker per peer and trainer, and one spare; the
+coordinator runs in this process, behind the run's handle). A kill comes after an exponential wait of mean `--kill-every` seconds; its victim is a
 worker serving a trainer, or a peer of a stage that keeps another live peer (a stage left with
 none pauses the run by design). The nanny restarts a killed worker under a new address, and the
 run gives it a peer: those are the joins. Times of kills and of the events that answer them are
-taken here, as the events arrive (the handle polls every 0.2 s: each time is late by up to that).
+taken here, as the events arrive (a trainer's hop events come batched with its microbatch's
+`finish`: a hop's arrival is late by up to one microbatch).
 
 Prints per minute: RSS of this process and every process under it (the workers, their DHT
 daemons), threads and processes; then samples lost and doubled (each committed step against the
@@ -85,8 +86,6 @@ def roles(dask_worker: Any = None) -> list[tuple[str, str, int]]:
             out.append(("peer", actor.peer.name, actor.peer.stage))
         elif kind == "TrainerActor":
             out.append(("trainer", actor.trainer.name, -1))
-        elif kind == "CoordinatorActor":
-            out.append(("coordinator", "", -1))
     return out
 
 
@@ -127,7 +126,7 @@ def launch(cluster: LocalCluster) -> tuple[labkit.RunHandle, Stamps]:
 
 def new_cluster() -> LocalCluster:
     cfg = config()
-    return LocalCluster(n_workers=sum(cfg.peers_per_stage) + cfg.trainers + 2, threads_per_worker=1, processes=True,
+    return LocalCluster(n_workers=sum(cfg.peers_per_stage) + cfg.trainers + 1, threads_per_worker=1, processes=True,
                         host="127.0.0.1", dashboard_address=None, preload=[DETACH])
 
 
@@ -145,8 +144,8 @@ def baseline(minutes: float) -> float:
 
 def victim(client: Client, rng: random.Random) -> tuple[str, str, str] | None:
     """(worker address, role, name) of a worker to kill: a trainer's, or a peer's whose stage keeps
-    another; never the coordinator's (a trainer restarted with no free worker shares it)."""
-    held = {w: rs for w, rs in client.run(roles).items() if not any(role == "coordinator" for role, _, _ in rs)}
+    another."""
+    held = client.run(roles)
     live = [r for rs in held.values() for r in rs]
     per_stage = {s: sum(1 for role, _, st in live if role == "peer" and st == s) for _, _, s in live}
     choices = [(w, role, name) for w, rs in held.items() for role, name, stage in rs

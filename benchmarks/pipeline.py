@@ -4,10 +4,10 @@ The same model, data, samples and global batch are trained by (a) `train_referen
 loop, with 2 torch threads (the baseline) and, for reference, with 1; (b) labkit in-process with
 2 stages x 1 peer (two peer threads of one process, 1 torch thread each) and (c) labkit's Dask
 backend with 2 stages x 1 peer, each peer an actor on its own worker process with 1 torch
-thread: 2 threads of compute in each. The Dask run also has a coordinator actor and one actor
-per trainer (2 by default), each on another worker process of the same machine: 2 peers + 2
-trainers + coordinator + 1 spare = 6 worker processes, plus this driver (which hosts the
-scheduler), share the 2 cores. "2 worker processes" means the two peers, which do all the model
+thread: 2 threads of compute in each. The Dask run also has one actor per trainer (2 by
+default), each on another worker process of the same machine, and its coordinator in this
+driver (which also hosts the scheduler): 2 peers + 2 trainers + 1 spare = 5 worker processes and
+the driver share the 2 cores. "2 worker processes" means the two peers, which do all the model
 compute; the others route microbatches, keep the ledger and average gradients.
 
 labkit tokens/s come from the run's step events (`t`, `tokens`): tokens of every step but the

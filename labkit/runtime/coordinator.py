@@ -26,17 +26,14 @@ from labkit.wire import get_codec
 
 STOP_GRACE = 5.0  # seconds a stopping run waits for microbatches in flight before crashing its peers
 
-Evaluate = Callable[[RunConfig, list[dict[str, Any]]], float]  # validation loss of committed stage states
-
-
 class Coordinator:
     """Ledger, membership and step boundary of one run; peers and trainers come from `factory`.
 
-    states: every stage's committed state (step `step`); evaluate: their validation loss (None: none)."""
+    states: every stage's committed state (step `step`). The run shell evaluates them, at its step hook."""
 
     def __init__(self, cfg: RunConfig, emit: Callable[[events.Event], None], factory: PeerFactory,
-                 states: list[dict[str, Any]], *, step: int = 0, evaluate: Evaluate | None = None) -> None:
-        self.cfg, self.emit, self.factory, self.evaluator = cfg, emit, factory, evaluate
+                 states: list[dict[str, Any]], *, step: int = 0) -> None:
+        self.cfg, self.emit, self.factory = cfg, emit, factory
         self.clock = factory.clock
         self.codec = cfg.compression.codec  # wire codec of activations and their gradients; switchable
         get_codec(self.codec)  # an unavailable codec fails here, with its name, before any peer starts
@@ -48,7 +45,6 @@ class Coordinator:
         self.paused: set[int] = set()  # stages without a live peer
         self.new_split: tuple[int, ...] | None = None  # set_layer_split's request, applied at a boundary
         self.stopping = False  # no more tasks are handed out
-        self.syncing = False  # the boundary evaluates: no task is handed out meanwhile
         self.running = False  # start() was called: new peers must be ready before they join
         self.closed = False  # join() stopped the peers
         self.finished = threading.Event()  # the last step was committed
@@ -128,7 +124,7 @@ class Coordinator:
             while True:
                 if self.stopping or trainer.split("/")[0] in self.lost_trainers:
                     return None
-                if not self.paused and not self.syncing and (task := self.ledger.next_task()) is not None:
+                if not self.paused and (task := self.ledger.next_task()) is not None:
                     self.held[trainer] = task
                     return task, self.codec
                 self.cond.wait(timeout=0.5)
@@ -172,7 +168,7 @@ class Coordinator:
         """Whenever every microbatch of the step is credited at every stage, take the step."""
         with self.cond:
             while not self.stopping:
-                if self.paused or self.syncing or not self.ledger.ready():
+                if self.paused or not self.ledger.ready():
                     self.cond.wait(timeout=0.5)
                     continue
                 try:
@@ -190,7 +186,7 @@ class Coordinator:
 
     def apply(self, commit: Commit) -> None:
         """Carry out what the boundary decided (lock held): evictions and dropped sums, then the step's
-        states, split, ledger, events, hooks and evaluation if it was taken; stop a diverged run."""
+        states, split, ledger, events and step hooks if it was taken; stop a diverged or finished run."""
         self.members.settle(commit.evict, commit.drop)
         if commit.taken:
             self.schedule, self.last_loss = commit.schedule, self.ledger.loss()
@@ -210,26 +206,9 @@ class Coordinator:
         self.members.alive()
         for hook in self.step_hooks:
             hook(self.ledger.step)
-        done = self.ledger.step >= self.cfg.steps
-        if done or (self.cfg.eval_every and self.ledger.step % self.cfg.eval_every == 0):
-            self.syncing = True  # no task is handed out while the lock is released for evaluation
-            self.cond.release()
-            try:
-                self.evaluate()
-            finally:
-                self.cond.acquire()
-                self.syncing = False
-        if done:
+        if self.ledger.step >= self.cfg.steps:
             self.finished.set()
             self.stop()
-
-    def evaluate(self) -> float | None:
-        """Validation loss of the parameters committed at the last step boundary (an `eval` event)."""
-        if self.evaluator is None:
-            return None
-        loss = self.evaluator(self.cfg, [s.get("global_params", s["params"]) for s in self.snapshots])
-        self.emit(events.evaluation(self.clock(), step=self.ledger.step, val_loss=loss))
-        return loss
 
     # -- settings --------------------------------------------------------------------------------
     def live_or_raise(self, verb: str) -> None:

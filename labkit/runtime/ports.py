@@ -8,8 +8,8 @@
   and the work source and directory its trainers use), not to the coordinator's class.
 - `Directory`: announce / discover peers (the coordinator's registry in-process; the hivemind
   DHT on Dask). Trainers route over what a directory discovers.
-- `WorkSource`: what a trainer needs from whatever feeds it work (the coordinator in-process, a
-  client of the coordinator actor on Dask).
+- `WorkSource`: what a trainer needs from whatever feeds it work (the coordinator in-process; on
+  Dask, a client of the coordinator's `WorkServer` over the data plane).
 """
 
 from __future__ import annotations

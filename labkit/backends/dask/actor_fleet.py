@@ -1,25 +1,37 @@
-"""Actors of a run whose core stays in the driver (ATOM's replicas, the task pool's clients): one
-actor per worker of a Dask cluster, a handle on each that stops waiting when its worker is gone.
+"""The one fleet of a Dask run: the cluster, and every actor any executor places on its workers.
 
-`ActorFleet` connects (an embedded `LocalCluster`, or a scheduler), places each actor on a free
-worker (one that joined mid-run first, then GPU workers, as SWARM peers), and asks the scheduler
-every `WORKER_CHECK` seconds which workers are still there: an actor whose worker left is crashed,
-so that every call waiting on it fails at once with the fleet's `lost` error.
+`ActorFleet` connects (an embedded `LocalCluster`, or a scheduler), keeps the table of which
+worker hosts which actor, places each actor by the rules of `placement.py` (its own worker, one
+that joined mid-run first, then GPU workers, spread over machines within a group; trainers on CPU
+workers first), joins every worker to the run's hivemind DHT when an executor asks, and asks the
+scheduler every `WORKER_CHECK` seconds which workers are still there. An actor whose worker left
+is lost: every call waiting on its `ActorHandle` fails at once with the executor's own error, and
+the executor is told which actor it was. The executors' hosts (SWARM's peers and trainers, ATOM's
+replicas, the task pool's clients) are its users; none connects, places or watches on its own.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
+from distributed.actor import Actor
+
 from labkit.backends.dask.connect import connect
-from labkit.backends.dask.fleet import WORKER_CHECK, NoFreeWorker
-from labkit.backends.dask.placement import peer_worker
+from labkit.backends.dask.dht import DhtNode, host_toward, join, release
+from labkit.backends.dask.placement import peer_worker, trainer_workers
 from labkit.backends.dask.remote import START_TIMEOUT
 from labkit.backends.dask.workers import cluster_workers
 from labkit.config import RunConfig
+
+WORKER_CHECK = 0.5  # seconds between asking the scheduler which workers are still there
+
+
+class NoFreeWorker(RuntimeError):
+    """The cluster has no worker left for a new actor."""
 
 
 def wire_broke(exc: BaseException) -> bool:
@@ -31,25 +43,45 @@ def wire_broke(exc: BaseException) -> bool:
 
 class ActorHandle:
     """The actor `key` on `worker`, started by `owner` (a Dask future the handle holds while the
-    actor lives). `call` raises `lost` (an exception class) when the worker is gone."""
+    actor lives; the first use waits for the start). `call` raises `lost` (the executor's
+    exception class) once the worker is gone."""
 
-    def __init__(self, name: str, worker: str, key: str, owner: Any, lost: type[Exception]) -> None:
-        self.name, self.worker, self.key, self._owner, self._lost = name, worker, key, owner, lost
-        self.actor = owner.result(START_TIMEOUT)
+    def __init__(self, name: str, worker: str, key: str, lost: type[Exception]) -> None:
+        self.name, self.worker, self.key, self._lost = name, worker, key, lost
+        self.owner: Any = None
+        self._actor: Actor | None = None
         self.gone = threading.Event()  # its worker left the cluster
+        self.reason = ""  # why it is gone
         self.stopped = threading.Event()  # an interruptible call waiting on it stops waiting (raises `lost`)
 
-    def call(self, method: str, *args: Any, interruptible: bool = False) -> Any:
+    @property
+    def actor(self) -> Actor:
+        """The actor, once started (raises what stopped it from starting)."""
+        if self._actor is None:
+            self._actor = self.owner.result(START_TIMEOUT)
+        return self._actor
+
+    def lose(self, reason: str) -> None:
+        """Its worker is gone (`reason`): every call waiting on it fails now, and every later one."""
+        self.reason = reason
+        self.gone.set()
+
+    def call(self, method: str, *args: Any, interruptible: bool = False, timeout: float | None = None) -> Any:
         """`method(*args)` on the actor. A broken wire (the worker died, perhaps before the
-        scheduler noticed) raises `lost`, and so does `stopped` for an interruptible call; an
-        error the actor raised is raised here."""
+        scheduler noticed) raises `lost`, and so do `stopped` for an interruptible call and no
+        answer within `timeout` seconds; an error the actor raised is raised here."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self.gone.is_set():
+            raise self._lost(f"{self.name}: {self.reason}")
         try:
             future = getattr(self.actor, method)(*args)
             while not future.done():
                 if self.gone.wait(0.02):
-                    raise self._lost(f"{self.name}: its Dask worker {self.worker} left the cluster")
+                    raise self._lost(f"{self.name}: {self.reason}")
                 if interruptible and self.stopped.is_set():
                     raise self._lost(f"{self.name}: stopped while {method} ran")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise self._lost(f"{self.name}: {method} did not answer within {timeout:.0f} s")
             return future.result()
         except Exception as exc:
             if not wire_broke(exc):
@@ -72,63 +104,137 @@ class ActorHandle:
                 getattr(self.actor, last)().result(30)
         except Exception:  # its worker died meanwhile: nothing left to clean up
             pass
-        self._owner = None
+        self.owner = None
 
 
 class ActorFleet:
-    """A Dask cluster and the actors a driver-side run placed on it, one per worker."""
+    """A Dask cluster (the one at `scheduler`, or an embedded `LocalCluster` on `host`) and the
+    actors a run placed on it; `lost` is the error a call on an actor whose worker left raises."""
 
     def __init__(self, cfg: RunConfig, scheduler: str | None, host: str, lost: type[Exception]) -> None:
-        self.cfg, self.lost = cfg, lost
+        self.lost = lost
         self.client, self.cluster = connect(scheduler, cfg, host)
+        self.dashboard: str | None = self.client.dashboard_link
         self.run_id = uuid.uuid4().hex[:12]
-        self._placed: dict[str, ActorHandle | None] = {}  # worker address -> its actor (None: starting)
-        self._initial = set(cluster_workers(self.client))
+        self.node: DhtNode | None = None  # this process's DHT node, once `join_dht` started it
+        self.dht_peers: list[str] = []  # the addresses a DHT node of the run joins through
+        self._placed: dict[str, ActorHandle] = {}  # worker address -> the actor it hosts (the first, if shared)
+        self._lock = threading.Lock()
         self._closed = threading.Event()
-        self.on_gone: Callable[[ActorHandle, str], None] = lambda handle, reason: None  # told when a worker leaves
-        threading.Thread(target=self._watch_workers, name="labkit-actor-workers", daemon=True).start()
-
-    def start(self, name: str, cls: type, *args: Any) -> ActorHandle:
-        """Start `cls(*args)` as actor `name` on a free worker; raises NoFreeWorker if none is."""
-        workers = cluster_workers(self.client)
-        worker = peer_worker(workers, self._placed, self._initial)
-        if worker is None:
-            raise NoFreeWorker(f"no free Dask worker for {name}: all {len(workers)} workers host one; start another "
-                               f"`dask worker` (with --resources GPU=1 on a GPU host) or ask for fewer")
-        self._placed[worker] = None
-        key = f"labkit-{cls.__name__.lower()}-{self.run_id}-{name}-{uuid.uuid4().hex[:8]}"
+        self._on_gone: Callable[[ActorHandle, str], None] | None = None
+        self._watching = False
         try:
-            owner = self.client.submit(cls, *args, key, key=key, actor=True, workers=[worker], allow_other_workers=False)
-            handle = ActorHandle(name, worker, key, owner, self.lost)
-        except Exception:
-            del self._placed[worker]
+            self.here = host_toward(self.client.scheduler.address)  # this process's address toward the workers
+            self._initial = set(self.workers())
+        except BaseException:
+            self.close()
             raise
-        self._placed[worker] = handle
+
+    def workers(self) -> dict[str, dict[str, Any]]:
+        """The scheduler's worker table now: address -> info."""
+        return cluster_workers(self.client)
+
+    # -- the DHT -------------------------------------------------------------------------------
+    def join_dht(self, workers: list[str] | None = None) -> None:
+        """Join `workers` (None: every worker, in parallel) to the run's DHT; the first call
+        starts this process's node, here, on the interface that reaches the workers."""
+        if self.node is None:
+            self.node = DhtNode([], self.here)
+            self.dht_peers = self.node.maddrs()
+        self.client.run(join, self.run_id, self.dht_peers, workers=workers)
+
+    # -- placement -----------------------------------------------------------------------------
+    def key(self, cls: type, name: str) -> str:
+        """A fresh Dask key for actor `name` of class `cls` (each start is a new actor)."""
+        return f"labkit-{cls.__name__.removesuffix('Actor').lower()}-{self.run_id}-{name}-{uuid.uuid4().hex[:8]}"
+
+    def start(self, name: str, cls: type, *args: Any, key: str | None = None, worker: str | None = None,
+              spread: Collection[str] = (), wait: bool = True) -> ActorHandle:
+        """Start `cls(*args, key)` as actor `name` (with `key` given: `cls(*args)`, the caller put
+        the key where its class takes it) on `worker`, else on the worker that hosted `name` (a
+        restart), else on a free one: one that joined mid-run first, then GPU workers, then on the
+        machine with the fewest of the workers in `spread` (the actor's group: a stage's peers).
+        A given worker hosting another actor is shared. Raises NoFreeWorker if no worker is free;
+        `wait`: return once the actor has started (else at once, and the first use waits)."""
+        with self._lock:
+            if worker is None:
+                worker = next((w for w, h in self._placed.items() if h.name == name), None) or self._free(name, spread)
+            handle = ActorHandle(name, worker, key or self.key(cls, name), self.lost)
+            if worker not in self._placed or self._placed[worker].name == name:
+                self._placed[worker] = handle
+        try:
+            handle.owner = self.client.submit(cls, *args, *(() if key else (handle.key,)), key=handle.key, actor=True,
+                                              workers=[worker], allow_other_workers=False)
+            if wait:
+                handle.actor
+        except Exception:
+            self.free(handle)
+            raise
         return handle
+
+    def _free(self, name: str, spread: Collection[str]) -> str:
+        """(lock held) A worker hosting nothing of the run for `name`, or NoFreeWorker."""
+        workers = self.workers()
+        worker = peer_worker(workers, self._placed, self._initial, [workers[w].get("host") for w in spread if w in workers])
+        if worker is None:
+            raise NoFreeWorker(f"no free Dask worker for {name}: all {len(workers)} workers host an actor of this run; "
+                               f"start another `dask worker` (with --resources GPU=1 on a GPU host) or ask for fewer")
+        return worker
+
+    def trainer_workers(self, count: int) -> list[str]:
+        """`count` workers for trainers, CPU workers first (placement.py's rule); they may share."""
+        with self._lock:
+            return trainer_workers(self.workers(), self._placed, count)
+
+    def newcomers(self) -> list[str]:
+        """Workers that joined the cluster after the run started and host nothing of it."""
+        return [w for w in self.workers() if w not in self._initial and w not in self._placed]
 
     def free(self, handle: ActorHandle) -> None:
         """`handle`'s actor left: its worker can host another."""
-        if self._placed.get(handle.worker) is handle:
-            del self._placed[handle.worker]
+        with self._lock:
+            if self._placed.get(handle.worker) is handle:
+                del self._placed[handle.worker]
+
+    # -- watching ------------------------------------------------------------------------------
+    def watch(self, on_gone: Callable[[ActorHandle, str], None] | None = None) -> None:
+        """Watch the scheduler's worker table from now on (the first call starts the one watcher
+        thread): an actor whose worker left is lost (`ActorHandle.lose`), freed, and `on_gone`
+        (the latest given) is told which and why."""
+        with self._lock:
+            self._on_gone = on_gone or self._on_gone
+            if self._watching:
+                return
+            self._watching = True
+        threading.Thread(target=self._watch_workers, name="labkit-fleet-workers", daemon=True).start()
 
     def _watch_workers(self) -> None:
+        """Every `WORKER_CHECK` seconds: a worker that left (a SIGKILLed process is removed within
+        about a second) takes its actor with it."""
         while not self._closed.wait(WORKER_CHECK):
             try:
-                workers = cluster_workers(self.client)
+                workers = self.workers()
             except Exception:  # the scheduler is busy: ask again
                 continue
-            for worker, handle in list(self._placed.items()):
-                if worker not in workers and handle is not None:
-                    handle.gone.set()
-                    self.free(handle)
-                    self.on_gone(handle, f"{handle.name}: its Dask worker {worker} left the cluster")
+            with self._lock:
+                gone = [self._placed.pop(w) for w in list(self._placed) if w not in workers]
+                on_gone = self._on_gone
+            for handle in gone:
+                reason = f"its Dask worker {handle.worker} left the cluster"
+                handle.lose(reason)
+                if on_gone is not None:
+                    on_gone(handle, reason)
 
-    def close(self, *first: Callable[[], Any]) -> None:
-        """Stop watching, run `first` (the caller's own clean-up), and release the cluster."""
+    def close(self) -> None:
+        """Stop watching, shut down every DHT node of the run, and release the cluster (once)."""
+        if self._closed.is_set():
+            return
         self._closed.set()
-        for call in (*first, self.client.close, *([self.cluster.close] if self.cluster is not None else [])):
+        calls = [self.client.close, *([self.cluster.close] if self.cluster is not None else [])]
+        if self.node is not None:
+            calls[:0] = [lambda: self.client.run(release, self.run_id), self.node.shutdown]
+        for call in calls:
             try:
                 call()
             except Exception:  # already gone: nothing to release
                 pass
-

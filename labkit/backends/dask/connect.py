@@ -20,16 +20,16 @@ from labkit.config import RunConfig
 from labkit.runtime.background import in_background
 
 CONNECT_TIMEOUT = 10  # seconds to reach a given scheduler
-SPARE_WORKERS = 1  # an embedded cluster's workers beyond peers, trainers and coordinator: room for add_peer
+SPARE_WORKERS = 1  # an embedded cluster's workers beyond what the executor's spec asks for: room for add_peer
 DETACH = "labkit.backends.dask.detach"  # workers in process groups of their own: a Ctrl-C is the driver's
 _HINT = "give the address `dask scheduler` prints, like tcp://10.0.0.5:8786"
 
 
 def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> tuple[Client, LocalCluster | None]:
     """A client of the cluster at `scheduler`, or of a new embedded `LocalCluster` of worker
-    processes: as many as the executor's spec says its actors need (SWARM: one per peer and trainer
-    and one for the coordinator) and `SPARE_WORKERS` more, each in a process group of its own
-    (`DETACH`), so that a Ctrl-C stops the run instead of its workers."""
+    processes: as many as the executor's spec says its actors need (`ExecutorSpec.workers`) and
+    `SPARE_WORKERS` more, each in a process group of its own (`DETACH`), so that a Ctrl-C stops the
+    run instead of its workers."""
     if scheduler is None:
         workers = SPARE_WORKERS + cfg.spec.workers(cfg)
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,

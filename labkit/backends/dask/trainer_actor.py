@@ -1,4 +1,4 @@
-"""The trainer actor: the in-process `Trainer` loop on a Dask worker, fed by the coordinator actor.
+"""The trainer actor: the in-process `Trainer` loop on a Dask worker, fed by the run's coordinator.
 
 On its worker a trainer sees the run through two ports: `CoordinatorClient` (its `WorkSource`:
 microbatches and accounting from the coordinator, over its data plane; hop events are batched and

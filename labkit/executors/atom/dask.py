@@ -2,9 +2,9 @@
 
 The run itself — ledger, global-batch step, events — stays in the driver's run handle; each
 replica is a `ReplicaActor` on a worker of its own (GPU workers first), its heartbeat in the
-run's hivemind DHT. A replica whose worker leaves the cluster (seen by asking the scheduler every
-`WORKER_CHECK` seconds) is lost: every call waiting on it fails at once with `ReplicaLost`, and the
-run drops it and has its microbatches computed again by the others.
+run's hivemind DHT. The fleet (backends/dask/actor_fleet.py) connects, places and watches: a
+replica whose worker leaves the cluster is lost, every call waiting on it fails at once with
+`ReplicaLost`, and the run drops it and has its microbatches computed again by the others.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from labkit import events
 from labkit.executors.atom.dask_actor import ReplicaActor
 from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
-from labkit.backends.dask.dht import DhtNode, StageDirectory, host_toward, join, release
+from labkit.backends.dask.dht import StageDirectory
 from labkit.backends.dask.remote import START_TIMEOUT
 from labkit.config import RunConfig
 from labkit.data import Corpus
@@ -79,26 +79,29 @@ class DaskReplicas:
                  clock: Callable[[], float], *, scheduler: str | None, host: str) -> None:
         self.cfg, self.emit, self.clock, self.t0_wall = cfg, emit, clock, time.time() - clock()
         self.fleet = ActorFleet(cfg, scheduler, host, ReplicaLost)
-        client, self.run_id = self.fleet.client, self.fleet.run_id
-        self.dashboard = client.dashboard_link
-        # the run's first DHT node: here, on the interface that reaches the scheduler (and so the workers)
-        self.directory = StageDirectory(DhtNode([], host_toward(client.scheduler.address)), self.run_id, 1)
-        self.dht_peers = self.directory.node.maddrs()
-        client.run(join, self.run_id, self.dht_peers)  # every worker joins the DHT now, in parallel
+        self.dashboard = self.fleet.dashboard
+        try:
+            self.fleet.watch()
+            self.fleet.join_dht()  # every worker joins the DHT now, in parallel
+        except BaseException:
+            self.fleet.close()
+            raise
+        self.directory = StageDirectory(self.fleet.node, self.fleet.run_id, 1)
 
     def spawn(self, name: str, state: Mapping[str, Any] | None, source: ReplicaPort | None, step: int) -> RemoteReplica:
         """Start replica `name` on a free worker; a joiner downloads its state from `source`'s
         actor, worker to worker."""
         origin = None if source is None else (source.worker, source.key)
-        handle = self.fleet.start(name, ReplicaActor, self.run_id, name, self.cfg, None if source else dict(state),
-                                  origin, step, self.dht_peers, self.t0_wall)
+        f = self.fleet
+        handle = f.start(name, ReplicaActor, f.run_id, name, self.cfg, None if source else dict(state), origin, step,
+                         f.dht_peers, self.t0_wall)
         try:
             plan = handle.actor.describe().result(START_TIMEOUT)
         except Exception:
-            self.fleet.free(handle)
+            f.free(handle)
             raise
         self.emit(events.setting(self.clock(), name="atom_partition", value=plan))
-        return RemoteReplica(handle, self.emit, self.clock, self.fleet.free)
+        return RemoteReplica(handle, self.emit, self.clock, f.free)
 
     def heartbeats(self, replicas: Mapping[str, ReplicaPort], step: int) -> dict[str, int]:
         """Each replica's count of samples processed in `step`, as its last DHT heartbeat says."""
@@ -110,7 +113,7 @@ class DaskReplicas:
 
     def close(self) -> None:
         """Shut down every DHT node of the run, and release the cluster."""
-        self.fleet.close(partial(self.fleet.client.run, release, self.run_id), self.directory.node.shutdown)
+        self.fleet.close()
 
 
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,

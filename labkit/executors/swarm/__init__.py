@@ -28,7 +28,7 @@ SPEC = ExecutorSpec(
                 "compression.factor", "sync.mode", "sync.inner_steps", "sync.outer_lr", "sync.outer_momentum",
                 "rebalance_period"),
     shape=lambda run: f"{run.stages} stages x {list(run.peers_per_stage)} peers, {run.trainers} trainers",
-    workers=lambda run: sum(run.peers_per_stage) + run.trainers + 1,
+    workers=lambda run: sum(run.peers_per_stage) + run.trainers,
     held=stage_copies,
     in_flight=lambda run: run.trainers * run.inflight,
     whatif=True,

@@ -76,13 +76,14 @@ class DaskClients:
     def __init__(self, cfg: RunConfig, *, scheduler: str | None, host: str) -> None:
         self.cfg = cfg
         self.fleet = ActorFleet(cfg, scheduler, host, ClientLost)
-        self.dashboard = self.fleet.client.dashboard_link
+        self.dashboard = self.fleet.dashboard
+        self.fleet.watch()  # a call waiting on a client whose worker left fails at once from now on
 
     def spawn(self, name: str, stage: int, params: Mapping[str, torch.Tensor]) -> RemoteClient:
         return RemoteClient(self.fleet.start(name, ClientActor, name, stage, self.cfg, dict(params)), self.fleet.free)
 
     def watch(self, lost: Callable[[str, str], None]) -> None:
-        self.fleet.on_gone = lambda handle, reason: lost(handle.name, reason)
+        self.fleet.watch(lambda handle, reason: lost(handle.name, f"{handle.name}: {reason}"))
 
     def close(self) -> None:
         self.fleet.close()

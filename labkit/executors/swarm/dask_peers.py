@@ -1,0 +1,237 @@
+"""Where a Dask run's SWARM peers and trainers live: the Dask `PeerFactory`, a user of the fleet.
+
+It lives with the run's coordinator, in the process holding the run. The fleet
+(backends/dask/actor_fleet.py) connects, places every peer and trainer as an actor (a stage's
+peers spread over machines, trainers on CPU workers first) and says whose worker left; this adds
+what is SWARM's own: a lost peer is evicted and a lost trainer restarted, the DHT is watched (peers
+that stop announcing are evicted; their queue lengths feed Algorithm 2), and every worker that
+joins the cluster mid-run gets a peer on the stage the join rule picks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from labkit import events
+from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
+from labkit.backends.dask.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, StageDirectory
+from labkit.backends.dask.peer_actor import PeerActor
+from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
+from labkit.backends.dask.trainer_actor import TrainerActor
+from labkit.config import RunConfig
+from labkit.runtime.ports import PeerHandle
+
+if TYPE_CHECKING:
+    from labkit.runtime.coordinator import Coordinator
+
+
+JOIN_TRIES = 3  # a worker that joined mid-run but failed this often to start a peer is left alone
+
+
+class RemoteTrainer:
+    """A trainer actor on `worker`; `join` waits for its loop to end. Each start is a new life,
+    and the coordinator knows the trainer by `life_name`, so a dead life's calls take no work."""
+
+    def __init__(self, peers: DaskPeers, name: str, worker: str) -> None:
+        self.peers, self.name, self.worker = peers, name, worker
+        self.life_name = name
+        self._lives = 0
+        self._handle: ActorHandle | None = None
+
+    def start(self) -> None:
+        p = self.peers
+        self._lives += 1
+        self.life_name = f"{self.name}#{self._lives}"
+        self._handle = p.fleet.start(self.name, TrainerActor, p.fleet.run_id, self.name, self.life_name, p.cfg,
+                                     p.coordinator_address, p.fleet.dht_peers, p.t0_wall,
+                                     key=p.fleet.key(TrainerActor, self.name), worker=self.worker, wait=False)
+
+    def join(self, timeout: float | None = None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._handle is not None and (deadline is None or time.monotonic() < deadline):
+            try:
+                running = self._handle.call("running", timeout=30)
+            except Exception:  # its worker died: the trainer is gone
+                running = False
+            if not running:
+                self._handle.release()
+                self._handle = None
+                return
+            time.sleep(0.2)
+
+    def alive(self) -> bool:
+        """Whether the trainer may still work (no join has seen its loop end)."""
+        return self._handle is not None
+
+
+class DaskPeers:
+    """A `PeerFactory` whose peers and trainers are actors on the workers of `fleet`'s cluster.
+
+    coordinator: the "host:port" where the coordinator serves trainers (labkit/runtime/sockets.py);
+    t0_wall: when the run started, on the wall clock every worker shares."""
+
+    def __init__(self, cfg: RunConfig, fleet: ActorFleet, *, coordinator: str, t0_wall: float) -> None:
+        self.cfg, self.fleet, self.coordinator_address, self.t0_wall = cfg, fleet, coordinator, t0_wall
+        fleet.join_dht()  # every worker joins the DHT now, in parallel
+        self.directory = StageDirectory(fleet.node, fleet.run_id, cfg.stages)
+        self.coordinator: Coordinator | None = None
+        self._actors: dict[str, ActorHandle] = {}  # peer name -> its actor
+        self._announced: dict[str, dict[str, Any]] = {}
+        self._last_seen: dict[str, float] = {}
+        self._joining: set[str] = set()  # workers that joined mid-run, a peer starting on each
+        self._failures: dict[str, int] = {}  # such workers whose peer failed to start: how often
+
+    def clock(self) -> float:
+        """Seconds since the run started, on the wall clock every worker shares."""
+        return time.time() - self.t0_wall
+
+    def bind(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+
+    # -- peers and trainers --------------------------------------------------------------------
+    def start_trainers(self, count: int) -> list[RemoteTrainer]:
+        """One trainer per free worker (CPU workers first); with too few, they share them."""
+        return [RemoteTrainer(self, f"t{i}", worker) for i, worker in enumerate(self.fleet.trainer_workers(count))]
+
+    def start_peer(self, name: str, stage: int, state: dict[str, Any] | None, *, source: PeerHandle | None,
+                   delay: float, running: bool) -> RemotePeer:
+        """Start peer `name` as an actor: on the worker it had (a rebuild), else on a free worker,
+        away from the machines of its stage's peers. It downloads its state from `source` (a live
+        neighbour) directly when there is one. Before the run starts it returns at once (the first
+        peers start in parallel, and announce themselves); mid-run it waits until the actor holds
+        its state, silent until `admit`."""
+        f = self.fleet
+        key = f.key(PeerActor, name)
+        origin = None if source is None else (source.worker, source.key)
+        spread = [p.worker for p in self.coordinator.members.peers.values() if p.stage == stage]
+        handle = f.start(name, PeerActor, f.run_id, key, name, stage, self.coordinator.cfg, state, delay, f.dht_peers,
+                         origin, not running, key=key, spread=spread, wait=running)
+        self._actors[name] = handle
+        if not running:
+            handle.owner.add_done_callback(lambda future: self._started(name, future))
+        return RemotePeer(name, stage, key, handle.worker, None, self._announcement, self._withdraw, delay,
+                          owner=handle.owner)
+
+    def admit(self, peer: RemotePeer) -> None:
+        """A peer started mid-run is in the run now: it announces itself, and from then on
+        counts as silent (and may be evicted) when its announcements stop."""
+        self._last_seen[peer.name] = time.monotonic()
+        peer.actor.go_live().result(START_TIMEOUT)
+
+    def _wait_announced(self, peers: list[RemotePeer]) -> None:
+        """Wait until each of `peers` has started and the DHT lists it under its actor's key:
+        from then on trainers can find it."""
+        deadline = time.monotonic() + START_TIMEOUT
+        for peer in peers:
+            peer.actor
+        while True:
+            try:
+                found = self.directory.discover()
+            except Exception:  # a DHT hiccup: ask again
+                found = {}
+            missing = [p.name for p in peers if found.get(p.name, {}).get("key") != p.key]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"peers {missing} started but did not announce themselves in the DHT within "
+                                   f"{START_TIMEOUT:.0f} s")
+            time.sleep(0.05)
+
+    def _started(self, name: str, future: Any) -> None:
+        """A peer's actor started (from then on it must announce itself), or failed to."""
+        if future.status == "finished":
+            self._last_seen[name] = time.monotonic()
+        else:
+            threading.Thread(target=self.coordinator.members.evict, args=(name, f"failed to start: {future.exception()}"),
+                             daemon=True).start()
+
+    def _announcement(self, name: str) -> dict[str, Any]:
+        return self._announced.get(name, {})
+
+    def _withdraw(self, peer: RemotePeer) -> None:
+        """A peer left (killed, moved, evicted): free its worker, take it out of the DHT now."""
+        handle = self._actors.get(peer.name)
+        if handle is not None and handle.key == peer.key:
+            del self._actors[peer.name]
+            self.fleet.free(handle)
+        try:
+            self.directory.withdraw(peer.stage, peer.key)
+        except Exception:  # the DHT is slow: the record still expires on its own
+            pass
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def started(self) -> None:
+        """Wait for the first peers (they start in parallel) to be announced, then watch them:
+        the DHT for silent peers and new workers, and (through the fleet) workers that left."""
+        self._wait_announced(list(self.coordinator.members.peers.values()))
+        threading.Thread(target=self._watch, name="labkit-watch", daemon=True).start()
+        self.fleet.watch(self._worker_left)
+
+    def _worker_left(self, handle: ActorHandle, reason: str) -> None:
+        """`handle`'s worker left the cluster: a trainer loses its microbatches and starts again
+        elsewhere; a peer's waiting requests fail at once, then the coordinator evicts it as for any
+        crash."""
+        c = self.coordinator
+        if c.stopped.is_set():
+            return
+        trainer = next((t for t in c.trainers if t.name == handle.name), None)
+        if trainer is not None:
+            c.trainer_lost(trainer.life_name, reason)
+            trainer.worker, = self.fleet.trainer_workers(1)  # a free worker, or one it shares
+            trainer.start()
+            return
+        peer = c.members.peers.get(handle.name)  # without the lock, which a step boundary waiting on this peer holds
+        if isinstance(peer, RemotePeer) and peer.worker == handle.worker:
+            peer.crashed()  # requests waiting on it fail now, so that boundary goes on (and evicts it)
+            c.members.evict(handle.name, reason)
+
+    def _watch(self) -> None:
+        """Every announce period: read the DHT, evict peers silent for `ANNOUNCE_TTL`, and give
+        workers that joined the cluster a peer."""
+        c = self.coordinator
+        while not c.stopped.wait(ANNOUNCE_PERIOD):
+            try:
+                self._announced = self.directory.discover()
+            except Exception:
+                continue
+            now = time.monotonic()
+            for name in list(c.members.registry()):
+                if name in self._announced:
+                    self._last_seen[name] = now
+                elif name in self._last_seen and now - self._last_seen[name] > ANNOUNCE_TTL:
+                    c.members.evict(name, f"stopped announcing to the DHT for {ANNOUNCE_TTL:.0f} s")
+            self._use_new_workers()
+
+    def _use_new_workers(self) -> None:
+        """Give each worker that joined the cluster (a restarted one too) a peer, each on a
+        thread of its own: a start takes seconds, and the watch must go on meanwhile."""
+        try:
+            joined = [w for w in self.fleet.newcomers() if w not in self._joining]
+        except Exception:
+            return
+        for worker in joined:
+            if self._failures.get(worker, 0) < JOIN_TRIES:
+                self._joining.add(worker)
+                threading.Thread(target=self._use_worker, args=(worker,), name="labkit-join", daemon=True).start()
+
+    def _use_worker(self, worker: str) -> None:
+        c = self.coordinator
+        try:
+            if c.stopped.is_set():
+                return
+            # the worker imports torch and joins the DHT (seconds), then a peer starts on it
+            self.fleet.join_dht([worker])
+            name = c.members.add_peer(None)
+        except Exception as exc:  # e.g. the worker left again before the peer started
+            self._failures[worker] = self._failures.get(worker, 0) + 1
+            c.emit(events.setting(c.clock(), name="worker_unused", value=f"{worker}: {type(exc).__name__}: {exc}"))
+            return
+        finally:
+            self._joining.discard(worker)
+        c.emit(events.setting(c.clock(), name="worker_joined", value=f"{worker} serves {name}"))
+
+    def close(self) -> None:
+        """Nothing of its own: the fleet (every DHT node of the run, the cluster) closes with the
+        run's core, after the run's record is written."""
