@@ -72,13 +72,14 @@ class DaskStages:
     def __init__(self, cfg: RunConfig, *, scheduler: str | None, host: str) -> None:
         self.cfg = cfg
         self.fleet = ActorFleet(cfg, scheduler, host, PeerDied)
-        self.dashboard = self.fleet.client.dashboard_link
+        self.dashboard = self.fleet.dashboard
+        self.fleet.watch()  # a request waiting on a peer whose worker left fails at once from now on
 
     def spawn(self, name: str, stage: int, state: dict[str, Any]) -> RemoteStage:
         return RemoteStage(self.fleet.start(name, StageActor, name, stage, self.cfg, dict(state)), self.fleet.free)
 
     def watch(self, lost: Callable[[str, str], None]) -> None:
-        self.fleet.on_gone = lambda handle, reason: lost(handle.name, reason)
+        self.fleet.watch(lambda handle, reason: lost(handle.name, reason))
 
     def close(self) -> None:
         self.fleet.close()
