@@ -35,4 +35,6 @@ SOLUTIONS: dict[str, object] = {
     "10-atom-swapping": 3,
     # the servers know who held which slice: nothing beyond the lost slices is computed again
     "11-task-pool": 0,
+    # 1F1B: stage 0 runs 3 warm-up forwards and one more before its first backward, then one in, one out
+    "12-swarm-vs-a-synchronous-pipeline": 4,
 }

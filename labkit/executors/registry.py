@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from labkit.executors import atom, swarm, taskpool
+from labkit.executors import atom, pipeline, swarm, taskpool
 from labkit.executors.spec import ExecutorSpec
 
-SPECS: dict[str, ExecutorSpec] = {s.name: s for s in (swarm.SPEC, atom.SPEC, taskpool.SPEC)}
+SPECS: dict[str, ExecutorSpec] = {s.name: s for s in (swarm.SPEC, atom.SPEC, taskpool.SPEC, pipeline.SPEC)}
 NAMES = tuple(SPECS)
 DEFAULT = "swarm"
 

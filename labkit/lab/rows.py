@@ -105,7 +105,7 @@ class Rows:
     def _hop(self, e: Event) -> None:
         stage, peer, t = e["stage"], e["peer"], e["t"]
         key = (stage, e["trainer"], peer)
-        self._traffic[stage, "pipeline", self.codec] = self._traffic.get((stage, "pipeline", self.codec), 0) + e["bytes"]
+        self._traffic[stage, "pipeline-parallel", self.codec] = self._traffic.get((stage, "pipeline-parallel", self.codec), 0) + e["bytes"]
         p = self._peer(peer, stage, t)
         p["bytes"] += e["bytes"]
         if e["direction"] == "forward":

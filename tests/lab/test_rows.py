@@ -59,9 +59,9 @@ def test_loads_marks_traffic_loss_and_throughput_rows() -> None:
     assert {"t": 5.0, "peer": "s0p1", "stage": 0, "queue": 3} in data["loads"]
     assert data["traffic"] == [
         {"stage": 0, "kind": "data-parallel", "codec": "fp32", "megabytes": 5.0},
-        {"stage": 0, "kind": "pipeline", "codec": "fp32", "megabytes": 0.03},
-        {"stage": 0, "kind": "pipeline", "codec": "int8", "megabytes": 0.001},
-        {"stage": 1, "kind": "pipeline", "codec": "fp32", "megabytes": 0.01},
+        {"stage": 0, "kind": "pipeline-parallel", "codec": "fp32", "megabytes": 0.03},
+        {"stage": 0, "kind": "pipeline-parallel", "codec": "int8", "megabytes": 0.001},
+        {"stage": 1, "kind": "pipeline-parallel", "codec": "fp32", "megabytes": 0.01},
     ]
     assert data["loss"] == [{"t": 6.0, "step": 1, "loss": 3.0, "kind": "train"},
                             {"t": 8.0, "step": 2, "loss": 2.5, "kind": "train"},
