@@ -7,10 +7,12 @@
 
 from labkit.config import ConfigError, DataConfig, ModelConfig, RunConfig, SyncConfig
 from labkit.executors.atom.config import AtomConfig
+from labkit.executors.pipeline.config import PipelineConfig
 from labkit.executors.taskpool.config import TaskPoolConfig
 
 __version__ = "0.1.0"
-__all__ = ["AtomConfig", "ConfigError", "DataConfig", "ModelConfig", "RunConfig", "RunHandle", "SyncConfig", "TaskPoolConfig", "launch"]
+__all__ = ["AtomConfig", "ConfigError", "DataConfig", "ModelConfig", "PipelineConfig", "RunConfig", "RunHandle",
+           "SyncConfig", "TaskPoolConfig", "launch"]
 
 
 def __getattr__(name: str):
