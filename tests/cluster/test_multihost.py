@@ -74,7 +74,8 @@ def test_two_hosts_train_and_one_host_dying_leaves_exact_accounting(machines: Ma
         assert set(on) == {a.address, b.address}, on
         assert all(sorted(peers.values()) == [0, 1] for peers in on.values()), f"a peer of each stage per host: {on}"
         with Client(machines.scheduler, timeout=30) as client:
-            announced = client.run(_dht_addresses, run.run_id)
+            run_id = run.wait_for(event={"type": "setting", "name": "cluster"})["value"]["run_id"]
+            announced = client.run(_dht_addresses, run_id)
         assert {get_address_host(w) for w in announced} == {a.address, b.address}, announced
         for worker, maddrs in announced.items():
             assert maddrs and all(m.startswith(f"/ip4/{get_address_host(worker)}/tcp/") for m in maddrs), (worker, maddrs)

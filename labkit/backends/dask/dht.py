@@ -68,6 +68,15 @@ def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
         return ipaddress.ip_address(socket.gethostbyname(host))
 
 
+class _DetachedChildren(asyncio.SelectorEventLoop):
+    """An event loop whose child processes start in a session of their own: the libp2p daemon a
+    DHT node starts must not get a terminal's Ctrl-C meant for the run (the daemon would die
+    under a run that is stopping cleanly; it calls signal.Notify, so a blocked mask is no help)."""
+
+    async def subprocess_exec(self, protocol_factory: Any, *args: Any, **kwargs: Any) -> Any:
+        return await super().subprocess_exec(protocol_factory, *args, start_new_session=True, **kwargs)
+
+
 class DhtNode:
     """One hivemind DHT node, listening on (and announcing) the address `host`, loopback by default.
 
@@ -75,7 +84,7 @@ class DhtNode:
     on every interface (UPnP / NAT-PMP discovery), which a loopback run must not expose."""
 
     def __init__(self, initial_peers: list[str], host: str = LOOPBACK) -> None:
-        self._loop = asyncio.new_event_loop()
+        self._loop = _DetachedChildren()
         self._thread = threading.Thread(target=self._loop.run_forever, name="labkit-dht", daemon=True)
         self._thread.start()
         ip = _ip(host)

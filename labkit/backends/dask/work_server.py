@@ -33,7 +33,7 @@ class WorkServer:
 
     def close(self) -> None:
         self._server.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)  # the run stopped: waiting requests return at once
 
     def _serve(self, method: str, args: tuple) -> Future:
         if method not in TRAINER_CALLS or self.coordinator is None:

@@ -37,6 +37,7 @@ def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | P
         fleet = ActorFleet(cfg, scheduler, host, PeerDied)
         releases: list[Callable[[], Any]] = [fleet.close]
         try:
+            emit(events.setting(clock(), name="cluster", value={"run_id": fleet.run_id, "dashboard": fleet.dashboard}))
             fleet.client.run(_warm_up)  # every worker imports torch and labkit now, in parallel
             server = WorkServer(fleet.here, cfg.trainers)
             releases.insert(0, server.close)
