@@ -10,9 +10,11 @@ import psutil
 import pytest
 
 import labkit
+from labkit.backends.dask.dht import ANNOUNCE_TTL
 from labkit.config import RunConfig
 from labkit.lab.chaos import Chaos
 from tests.cluster.helpers import assert_exact_accounting
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 SOAK_SECONDS = 60
@@ -35,4 +37,9 @@ def test_churn_on_dask_keeps_accounting_and_resources(cluster, small_run: RunCon
     assert report["longest_wait"] < STALL_SECONDS, report
     assert_exact_accounting(run, cfg)
     assert len(me.children(recursive=True)) <= processes, "the run left processes behind"
-    assert threading.active_count() <= threads + 2, [t.name for t in threading.enumerate()]
+    # The coordinator runs in this process: a stopped peer's actor is let go ANNOUNCE_TTL after its
+    # stop (a trainer's view of the DHT may still name it; remote.py), so those timers end by then.
+    # What stays is one of each per process, reused by the next run, not a growth: distributed's
+    # offload and callback threads and remote.py's stop pool.
+    wait_until(lambda: threading.active_count() <= threads + 3, ANNOUNCE_TTL + 10, "the run's threads to end")
+    assert threading.active_count() <= threads + 3, [t.name for t in threading.enumerate()]
