@@ -74,10 +74,10 @@ class Run(RunHandle):
         core = None
         try:
             corpus = load_corpus(self.config.data)
-            checkpoint = self._checkpoint
-            states = [dict(s) for s in checkpoint["stages"]] if checkpoint else initial_states(self.config.spec.record(self.config))
-            core = self._build(self.config, corpus, states, checkpoint["step"] if checkpoint else 0, self.events.emit,
-                               self.clock)
+            cfg, checkpoint = self.config, self._checkpoint
+            states = [dict(s) for s in checkpoint["stages"]] if checkpoint else initial_states(cfg.spec.record(cfg))
+            step = checkpoint["step"] if checkpoint else 0
+            core = self._build(cfg, corpus, states, step, self.events.emit, self.clock)
             self._evaluate = Validation(corpus.val)
             core.step_hooks.append(self._on_step)
             self._core = core
