@@ -63,6 +63,16 @@ def evaluation_due(cfg: RunConfig, step: int) -> bool:
     return bool(cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps
 
 
+def live_worker(workers: Mapping[str, Any], name: str, what: str) -> Any:
+    """Worker `name` of `workers` (each with `alive`) if it lives; else one ValueError naming the
+    live ones (`what`: "replicas", "clients", "peers"), what every core's peer verbs raise."""
+    worker = workers.get(name)
+    if worker is None or not worker.alive:
+        raise ValueError(f"peer={name!r} is not allowed: one of the live {what} "
+                         f"{[n for n, w in workers.items() if w.alive]}")
+    return worker
+
+
 def fail_core(core: Any, exc: BaseException) -> None:
     """End `core`'s run on an unexpected error (a bug, not a fault), with the error in one `run`
     `failed` event."""

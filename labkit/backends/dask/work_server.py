@@ -14,7 +14,9 @@ from typing import Any
 from labkit.runtime.coordinator import Coordinator
 from labkit.runtime.sockets import SocketServer
 
-TRAINER_CALLS = ("next_task", "finish", "stage_empty", "peer_timed_out", "peer_failed", "fail")  # what trainers ask
+TRAINER_CALLS = {call.__name__: call for call in (Coordinator.next_task, Coordinator.finish, Coordinator.stage_empty,
+                                                   Coordinator.peer_timed_out, Coordinator.peer_failed,
+                                                   Coordinator.fail)}  # what trainers may ask, by wire name
 SPARE_THREADS = 16  # beyond one per trainer: reports of faults while every trainer waits for work
 
 
@@ -57,14 +59,4 @@ class WorkServer:
             peer = coordinator.peer(args[0])
             if peer is None or (key is not None and peer.key != key):
                 return None
-        if method == "next_task":
-            return coordinator.next_task(*args)
-        if method == "finish":
-            return coordinator.finish(*args)
-        if method == "stage_empty":
-            return coordinator.stage_empty(*args)
-        if method == "peer_timed_out":
-            return coordinator.peer_timed_out(*args)
-        if method == "peer_failed":
-            return coordinator.peer_failed(*args)
-        return coordinator.fail(*args)
+        return TRAINER_CALLS[method](coordinator, *args)

@@ -24,7 +24,7 @@ from labkit import events
 from labkit.config import RunConfig
 from labkit.executors.atom.ports import ReplicaHost, ReplicaLost, ReplicaPort
 from labkit.executors.atom.swap import Interrupted
-from labkit.runtime.core import fail_core
+from labkit.runtime.core import fail_core, live_worker
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import sum_over_peers
 
@@ -98,10 +98,7 @@ class AtomReplicas:
         return [r for r in self.replicas.values() if r.alive]
 
     def _named(self, name: str) -> Replica:
-        replica = self.replicas.get(name)
-        if replica is None or not replica.alive:
-            raise ValueError(f"peer={name!r} is not allowed: one of the live replicas {[r.name for r in self.live()]}")
-        return replica
+        return live_worker(self.replicas, name, "replicas")
 
     def kill_peer(self, name: str) -> None:
         """A replica leaves: its credits are withdrawn and its microbatches done again by others."""

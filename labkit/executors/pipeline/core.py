@@ -24,7 +24,7 @@ from labkit.executors.pipeline.lanes import Attempt, Broken, Outcome
 from labkit.executors.pipeline.peers import Peer, StageHost, kept
 from labkit.executors.pipeline.schedule import BACKWARD, bubble
 from labkit.model.partition import stage_bounds
-from labkit.runtime.core import fail_core
+from labkit.runtime.core import fail_core, live_worker
 from labkit.runtime.peer import PeerDied
 
 
@@ -91,11 +91,7 @@ class PipelineCore:
             return self._join(*gaps[0])
 
     def _live(self, name: str) -> Peer:
-        peer = self.peers.get(name)
-        if peer is None or not peer.alive:
-            raise ValueError(f"peer={name!r} is not allowed: one of the live peers "
-                             f"{[n for n, p in self.peers.items() if p.alive]}")
-        return peer
+        return live_worker(self.peers, name, "peers")
 
     def kill_peer(self, name: str) -> None:
         """Peer `name` crashes: the pipeline stalls until `add_peer` replaces it."""

@@ -22,7 +22,7 @@ import torch
 from labkit import events
 from labkit.config import RunConfig
 from labkit.data import WindowSampler
-from labkit.runtime.core import fail_core
+from labkit.runtime.core import fail_core, live_worker
 from labkit.executors.taskpool.client import Client
 from labkit.executors.taskpool.ports import ClientHost, ClientLost
 from labkit.executors.taskpool.servers import StageServers
@@ -84,11 +84,7 @@ class TaskPoolCore:
             return self._join(stage)
 
     def _client(self, name: str) -> Client:
-        client = self.clients.get(name)
-        if client is None or not client.alive:
-            raise ValueError(f"peer={name!r} is not allowed: one of the live clients "
-                             f"{[n for n, c in self.clients.items() if c.alive]}")
-        return client
+        return live_worker(self.clients, name, "clients")
 
     def kill_peer(self, name: str) -> None:
         """A client vanishes: everything it held or was given goes to the pool."""
