@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, as_completed
 from typing import Any, Protocol
 
 from labkit import events
@@ -49,37 +50,41 @@ class Recoverable(Protocol):
     def emit(self, event: events.Event) -> None: ...
 
 
-def committed_states(c: Recoverable) -> list[dict[str, Any]]:
-    """Every stage's committed state (lock held), from its first live peer that answers; a
-    stage without one has the last checkpoint's (the run went back to it when the stage emptied).
-    Once the run stopped, the states its peers held then."""
+def committed_states(c: Recoverable, timeout: float | None = None) -> list[dict[str, Any]]:
+    """Every stage's committed state (lock held: no step is being applied), from whichever of its
+    live peers answers first within `timeout` (default: the peer timeout); a stage without one has
+    the last checkpoint's (the run goes back to it when a peer joins there). Once the run stopped,
+    the states it stopped with."""
     if c.final is not None:
         return c.final
-    states = []
-    for stage in range(c.cfg.stages):
-        for peer in c.members.live(stage):
-            try:
-                states.append(peer.call("state").result(c.cfg.peer_timeout))
-                break
-            except Exception:  # it died meanwhile: ask the next one
-                continue
-        else:
-            states.append(stage_state(c.checkpoints.latest.shard(stage)))
-    return states
+    asked = [[p.call("state") for p in c.members.live(stage)] for stage in range(c.cfg.stages)]
+    return [_first(futures, c.cfg.peer_timeout if timeout is None else timeout)
+            or stage_state(c.checkpoints.settle().shard(stage)) for stage, futures in enumerate(asked)]
+
+
+def _first(futures: list[Future], timeout: float) -> dict[str, Any] | None:
+    """The first answer of `futures` within `timeout` seconds (failures skipped), or None."""
+    try:
+        for future in as_completed(futures, timeout=timeout):
+            if future.exception() is None:
+                return future.result()
+    except TimeoutError:
+        pass
+    return None
 
 
 def rollback(c: Recoverable, why: str) -> None:
     """Take the whole run back to its last checkpoint (lock held): the ledger, the sync schedule
     and every live peer's state (read from its stage's shard), as if the steps since had not
     been taken; the work in flight is abandoned."""
-    kept, was = c.checkpoints.latest, c.ledger.step
+    kept, was = c.checkpoints.settle(), c.ledger.step
     c.ledger.rewind(kept.step)
     c.held.clear()  # the microbatches in flight belong to abandoned steps
     c.suspects.clear()
     c.schedule, c.version = copy.copy(kept.schedule), c.version + 1
     c.checkpoints.rewound(kept.step)
     peers = [p for stage in range(c.cfg.stages) for p in c.members.live(stage)]
-    restoring = [(p, p.call("restore", kept.shard(p.stage))) for p in peers]
+    restoring = [(p, p.call("restore", kept.shard(p.stage), kept.schedule.cfg)) for p in peers]
     failed = {}
     for p, future in restoring:
         try:

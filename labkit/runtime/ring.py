@@ -26,6 +26,10 @@ class RingAborted(RuntimeError):
     """The ring could not complete: a neighbour died, a wait timed out, or it was aborted."""
 
 
+class RingTimeout(RingAborted):
+    """The left neighbour sent nothing within the timeout: it is the one to blame."""
+
+
 class Mailbox:
     """Chunks sent to one peer, by (tag, step): what its ring waits on. Posting never waits.
     Tags are increasing integers (one ring at a time per peer): a chunk or an abort for a ring
@@ -68,10 +72,10 @@ class Mailbox:
             while (tag, step) not in self._chunks:
                 why = self._closed or self._aborted.get(tag)
                 left = deadline - time.monotonic()
-                if why is None and left <= 0:
-                    why = f"no chunk from the left neighbour within {timeout:g} s"
                 if why is not None:
                     raise RingAborted(f"ring {tag}: {why}")
+                if left <= 0:
+                    raise RingTimeout(f"ring {tag}: no chunk from the left neighbour within {timeout:g} s")
                 self._cond.wait(left)
             return self._chunks.pop((tag, step))
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from labkit.runtime.ring import Mailbox, RingAborted, ring_allreduce
+from labkit.config import SyncConfig
+from labkit.runtime.ring import Mailbox, RingAborted, RingTimeout, ring_allreduce
 from labkit.runtime.shards import save_shard, stage_state
 from labkit.swarm.ledger import AttemptKey
 
@@ -47,7 +48,7 @@ def unflatten(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor
 
 class StepTaking:
     """The boundary's and the checkpoints' requests, for `StagePeer` (which provides `accum`,
-    `attempts`, `params`, `optimizer_step`, `local_step`, `outer`, `state`, `load_state`, `dial`)."""
+    `attempts`, `params`, `optimizer_step`, `local_step`, `outer`, `state`, `load_state`, `ensure_diloco`, `dial`)."""
 
     mailbox: Mailbox
     _prepared: tuple[int, bool, Any] | None = None  # (ring tag, DiLoCo inner step, the sum or (own sum, samples))
@@ -56,10 +57,12 @@ class StepTaking:
     def prepare(self, plan: StepPlan) -> dict[str, Any]:
         """Check the held attempts against the plan's credits; if they match, reduce the sum over
         the ring and keep it (or apply it, `plan.apply`). Answers {"held": attempts, "ring": why it
-        failed or None, "nbytes": the sum's bytes, "finite": whether the parameters are finite
-        after a step applied here (None if none)}."""
+        failed or None, "late": the rank of the left neighbour if it sent nothing in time, "nbytes":
+        the sum's bytes, "sum_finite": whether the reduced sum is finite (a step on one that is not is
+        never applied), "finite": whether the parameters are finite after a step applied here}."""
         held = dict(self.attempts)
-        answer: dict[str, Any] = {"held": held, "ring": None, "nbytes": 0, "finite": None}
+        answer: dict[str, Any] = {"held": held, "ring": None, "late": None, "nbytes": 0, "sum_finite": None,
+                                  "finite": None}
         self._prepared = None
         if held != plan.credited:  # the coordinator reconciles (drop, or the run stops loudly)
             return answer
@@ -69,14 +72,19 @@ class StepTaking:
             try:
                 flat = self._ring(plan, flatten(self.accum))
             except RingAborted as exc:
-                return {**answer, "ring": str(exc)}
+                late = (plan.rank - 1) % len(plan.ring) if isinstance(exc, RingTimeout) else None
+                return {**answer, "ring": str(exc), "late": late}
             self._prepared = plan.tag, False, unflatten(flat, self.accum)
             answer["nbytes"] = flat.numel() * flat.element_size()
-        if plan.apply:
+        payload = self._prepared[2][0] if plan.local else self._prepared[2]
+        answer["sum_finite"] = all(bool(torch.isfinite(g).all()) for g in payload)
+        if plan.apply and answer["sum_finite"]:
             answer["finite"] = self.commit_step(plan.tag, plan.step)
         return answer
 
     def _ring(self, plan: StepPlan, flat: torch.Tensor) -> torch.Tensor:
+        if len(plan.ring) == 1:
+            return flat
         right = self.dial(plan.ring[(plan.rank + 1) % len(plan.ring)])
         return ring_allreduce(flat, plan.rank, len(plan.ring), plan.tag,
                               lambda step, chunk: right.call("post", plan.tag, step, chunk), self.mailbox, plan.timeout)
@@ -107,7 +115,7 @@ class StepTaking:
         except RingAborted as exc:
             return {"ring": str(exc), "nbytes": 0}
         self._outer = tag, unflatten(summed[:-1] / summed[-1], delta)
-        return {"ring": None, "nbytes": summed.numel() * summed.element_size()}
+        return {"ring": None, "nbytes": flat.numel() * flat.element_size()}
 
     def outer_apply(self, tag: int) -> None:
         """DiLoCo's outer step, second half: apply the average `outer_reduce` kept for ring `tag`."""
@@ -121,14 +129,17 @@ class StepTaking:
         """Write this stage's state to `path` (a periodic checkpoint's shard)."""
         save_shard(path, self.state())
 
-    def restore(self, state: dict[str, Any] | str) -> None:
-        """Go back to a checkpoint: this stage's state (or the shard file holding it); what the
-        peer held of later steps (gradients, activations, a prepared step) is dropped."""
+    def restore(self, state: dict[str, Any] | str, sync: SyncConfig) -> None:
+        """Go back to a checkpoint: this stage's state (or the shard file holding it), in the sync
+        mode the run was in then; what the peer held of later steps (gradients, activations, a
+        prepared step) is dropped."""
         self.clear_gradients()
         self.drop_stash()
         self._prepared = self._outer = None
-        self.outer = None  # the shard carries DiLoCo's outer state if the run was in DiLoCo then
+        self.outer = None  # a shard written in DiLoCo carries its outer state
         self.load_state(stage_state(state))
+        if sync.mode == "diloco":
+            self.ensure_diloco(sync)
 
     def copy_from(self, contact: Any) -> None:
         """Adopt the state of a live peer of this stage (a joiner whose start outlasted a step)."""
