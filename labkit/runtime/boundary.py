@@ -171,8 +171,9 @@ def _ring(peers: list[PeerHandle]) -> tuple[Any, ...]:
 
 
 def _trouble(answer: dict[str, Any]) -> str | None:
-    """Why a prepare answer must end the boundary's other rings (its ring broke), if it must."""
-    return answer.get("ring")
+    """Why a prepare answer must end the boundary's other rings (its ring broke, or its peer's
+    attempts differ from its credits: it stays out of its ring), if it must."""
+    return answer.get("ring") or ("a peer's attempts differ from its credits" if answer.get("mismatch") else None)
 
 
 def _abort(peers: list[PeerHandle], tag: int, why: str) -> None:

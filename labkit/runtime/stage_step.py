@@ -57,15 +57,15 @@ class StepTaking:
     def prepare(self, plan: StepPlan) -> dict[str, Any]:
         """Check the held attempts against the plan's credits; if they match, reduce the sum over
         the ring and keep it (or apply it, `plan.apply`). Answers {"held": attempts, "ring": why it
-        failed or None, "late": the rank of the left neighbour if it sent nothing in time, "nbytes":
+        failed or None, "mismatch": whether they differ (no ring then), "late": the rank of the left neighbour if it sent nothing in time, "nbytes":
         the sum's bytes, "sum_finite": whether the reduced sum is finite (a step on one that is not is
         never applied), "finite": whether the parameters are finite after a step applied here}."""
         held = dict(self.attempts)
-        answer: dict[str, Any] = {"held": held, "ring": None, "late": None, "nbytes": 0, "sum_finite": None,
-                                  "finite": None}
+        answer: dict[str, Any] = {"held": held, "mismatch": False, "ring": None, "late": None, "nbytes": 0,
+                                  "sum_finite": None, "finite": None}
         self._prepared = None
-        if held != plan.credited:  # the coordinator reconciles (drop, or the run stops loudly)
-            return answer
+        if held != plan.credited:  # the coordinator reconciles (drop, or the run stops loudly), and ends the ring
+            return {**answer, "mismatch": True}
         if plan.local:
             self._prepared = plan.tag, True, (self.accum, sum(held.values()))
         else:
