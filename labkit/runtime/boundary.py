@@ -166,8 +166,16 @@ def step_boundary(books: Books) -> Commit:
 
 
 def _ring(peers: list[PeerHandle]) -> tuple[Any, ...]:
-    """How each peer of a stage reaches the others, in ring order (one peer reaches nobody)."""
-    return tuple(p.contact for p in peers) if len(peers) > 1 else (None,)
+    """How each peer of a stage reaches the others, in ring order (one peer reaches nobody; None
+    for a peer that cannot be reached: the ring breaks there, and the peer fails its prepare)."""
+    return tuple(map(_contact, peers)) if len(peers) > 1 else (None,)
+
+
+def _contact(peer: PeerHandle) -> Any:
+    try:
+        return peer.contact
+    except Exception:  # its process is gone: its own requests fail too
+        return None
 
 
 def _trouble(answer: dict[str, Any]) -> str | None:

@@ -22,8 +22,8 @@ from labkit.model.partition import stage_bounds
 from labkit.runtime.boundary import Books, Commit, step_boundary
 from labkit.runtime.membership import Membership
 from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
-from labkit.runtime.recovery import committed_states, rollback
-from labkit.runtime.shards import Checkpoints, stage_state
+from labkit.runtime.recovery import committed_states, keep_final, rollback
+from labkit.runtime.shards import Checkpoints
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import SyncSchedule
 from labkit.wire import get_codec
@@ -122,7 +122,7 @@ class Coordinator:
         try:
             if held and self.paused and not late:  # a stage lost its state: the run is back at its last checkpoint
                 self.rollback(f"the run stopped while stages {sorted(self.paused)} had no peer")
-            self._keep_final(held and (not self.paused or not late))
+            keep_final(self, held and (not self.paused or not late), STOP_GRACE)
         finally:
             self.closed = True  # the directory is empty from now on: trainers stop retrying
             if held:
@@ -164,17 +164,6 @@ class Coordinator:
             for lane in [lane for lane in self.held if lane.split("/")[0] == trainer]:  # "t0#1" and "t0#1/k"
                 self.ledger.finish(self.held.pop(lane), {}, None)
             self.cond.notify_all()
-
-    def _keep_final(self, readable: bool) -> None:
-        """Keep the state the run stops with (before its peers go): if the peers hold a consistent
-        one (`readable`: the lock held, no stage emptied since the last rollback), every stage's
-        from a peer that answers within STOP_GRACE; else the last checkpoint, whole."""
-        states = committed_states(self, STOP_GRACE) if readable else []
-        if len(states) == self.cfg.stages and all(states):
-            self.final, self.final_step = states, self.ledger.step
-        else:
-            kept = self.checkpoints.settle()
-            self.final, self.final_step = [stage_state(kept.shard(s)) for s in range(self.cfg.stages)], kept.step
 
     def _rebalance_loop(self) -> None:
         """Algorithm 2 every `rebalance_period` seconds until the run stops."""

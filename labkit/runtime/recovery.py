@@ -44,6 +44,7 @@ class Recoverable(Protocol):
     suspects: set[str]
     version: int
     final: list[dict[str, Any]] | None
+    final_step: int | None
     cond: threading.Condition
     clock: Callable[[], float]
 
@@ -94,3 +95,15 @@ def rollback(c: Recoverable, why: str) -> None:
     c.emit(events.setting(c.clock(), name="rollback", value={"from": was, "to": kept.step, "reason": why}))
     c.members.settle(failed, {})
     c.cond.notify_all()
+
+
+def keep_final(c: Recoverable, readable: bool, timeout: float) -> None:
+    """Keep the state the run stops with (before its peers go): if the peers hold a consistent
+    one (`readable`: the lock held, no stage emptied since the last rollback), every stage's from
+    a peer that answers within `timeout`; else the last checkpoint, whole."""
+    states = committed_states(c, timeout) if readable else []
+    if len(states) == c.cfg.stages and all(states):
+        c.final, c.final_step = states, c.ledger.step
+    else:
+        kept = c.checkpoints.settle()
+        c.final, c.final_step = [stage_state(kept.shard(s)) for s in range(c.cfg.stages)], kept.step

@@ -85,7 +85,10 @@ class StepTaking:
     def _ring(self, plan: StepPlan, flat: torch.Tensor) -> torch.Tensor:
         if len(plan.ring) == 1:
             return flat
-        right = self.dial(plan.ring[(plan.rank + 1) % len(plan.ring)])
+        contact = plan.ring[(plan.rank + 1) % len(plan.ring)]
+        if contact is None:
+            raise RingAborted(f"ring {plan.tag}: the right neighbour cannot be reached")
+        right = self.dial(contact)
         return ring_allreduce(flat, plan.rank, len(plan.ring), plan.tag,
                               lambda step, chunk: right.call("post", plan.tag, step, chunk), self.mailbox, plan.timeout)
 
