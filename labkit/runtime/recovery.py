@@ -52,15 +52,17 @@ class Recoverable(Protocol):
 
 
 def committed_states(c: Recoverable, timeout: float | None = None) -> list[dict[str, Any]]:
-    """Every stage's committed state (lock held: no step is being applied), from whichever of its
-    live peers answers first within `timeout` (default: the peer timeout); a stage without one has
-    the last checkpoint's (the run goes back to it when a peer joins there). Once the run stopped,
-    the states it stopped with."""
+    """Every stage's committed state (lock held: no step is being applied), from its first live
+    peer, or if that one fails to answer within `timeout` (default: the peer timeout), from
+    whichever other answers first; a stage without one has the last checkpoint's (the run goes
+    back to it when a peer joins there). Once the run stopped, the states it stopped with."""
     if c.final is not None:
         return c.final
-    asked = [[p.call("state") for p in c.members.live(stage)] for stage in range(c.cfg.stages)]
-    return [_first(futures, c.cfg.peer_timeout if timeout is None else timeout)
-            or stage_state(c.checkpoints.settle().shard(stage)) for stage, futures in enumerate(asked)]
+    timeout = c.cfg.peer_timeout if timeout is None else timeout
+    peers = [c.members.live(stage) for stage in range(c.cfg.stages)]
+    asked = [[p.call("state") for p in live[:1]] for live in peers]
+    return [_first(first, timeout) or _first([p.call("state") for p in live[1:]], timeout)
+            or stage_state(c.checkpoints.settle().shard(stage)) for stage, (first, live) in enumerate(zip(asked, peers))]
 
 
 def _first(futures: list[Future], timeout: float) -> dict[str, Any] | None:
