@@ -165,10 +165,10 @@ def step_boundary(books: Books) -> Commit:
     return commit
 
 
-def _ring(peers: list[PeerHandle]) -> tuple[Any, ...]:
-    """How each peer of a stage reaches the others, in ring order (one peer reaches nobody; None
-    for a peer that cannot be reached: the ring breaks there, and the peer fails its prepare)."""
-    return tuple(map(_contact, peers)) if len(peers) > 1 else (None,)
+def _ring(peers: list[PeerHandle]) -> tuple[tuple[str, Any], ...]:
+    """Each peer of a stage and how the others reach it, in ring order (one peer reaches nobody;
+    None for a peer that cannot be reached: the ring breaks there, and the peer fails its prepare)."""
+    return tuple((p.name, _contact(p)) for p in peers) if len(peers) > 1 else ((peers[0].name, None),)
 
 
 def _contact(peer: PeerHandle) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from labkit.config import SyncConfig
+from labkit.runtime.links import LinkedHandle, Links
 from labkit.runtime.ring import Mailbox, RingAborted, RingTimeout, ring_allreduce
 from labkit.runtime.shards import save_shard, stage_state
 from labkit.swarm.ledger import AttemptKey
@@ -29,7 +30,7 @@ class StepPlan:
     tag: int  # the ring's tag (increasing over the run)
     step: int  # the step being taken (its number is step + 1)
     credited: dict[AttemptKey, int]  # the attempts the ledger credits this peer, with their samples
-    ring: tuple[Any, ...]  # the stage's peers' contacts, in ring order (this peer's at `rank`)
+    ring: tuple[tuple[str, Any], ...]  # the stage's peers (name, contact), in ring order (this one at `rank`)
     rank: int
     local: bool  # DiLoCo's inner step: no reduce, the peer steps on its own sum
     apply: bool  # step at once once the sum is reduced (no `commit_step` will come)
@@ -51,6 +52,7 @@ class StepTaking:
     `attempts`, `params`, `optimizer_step`, `local_step`, `outer`, `state`, `load_state`, `ensure_diloco`, `dial`)."""
 
     mailbox: Mailbox
+    links: Links | None = None  # the emulated links to its stage's other peers (`RunConfig.links`), if any
     _prepared: tuple[int, bool, Any] | None = None  # (ring tag, DiLoCo inner step, the sum or (own sum, samples))
     _outer: tuple[int, list[torch.Tensor]] | None = None  # (ring tag, the stage's averaged pseudo-gradient)
 
@@ -85,10 +87,10 @@ class StepTaking:
     def _ring(self, plan: StepPlan, flat: torch.Tensor) -> torch.Tensor:
         if len(plan.ring) == 1:
             return flat
-        contact = plan.ring[(plan.rank + 1) % len(plan.ring)]
+        name, contact = plan.ring[(plan.rank + 1) % len(plan.ring)]
         if contact is None:
-            raise RingAborted(f"ring {plan.tag}: the right neighbour cannot be reached")
-        right = self.dial(contact)
+            raise RingAborted(f"ring {plan.tag}: the right neighbour {name} cannot be reached")
+        right = self.dial(contact) if self.links is None else LinkedHandle(self.links.link(name), self.dial(contact))
         return ring_allreduce(flat, plan.rank, len(plan.ring), plan.tag,
                               lambda step, chunk: right.call("post", plan.tag, step, chunk), self.mailbox, plan.timeout)
 
@@ -104,7 +106,7 @@ class StepTaking:
             self.local_step(*payload, step)
         return all(bool(torch.isfinite(p).all()) for p in self.params)
 
-    def outer_reduce(self, tag: int, ring: tuple[Any, ...], rank: int, timeout: float) -> dict[str, Any]:
+    def outer_reduce(self, tag: int, ring: tuple[tuple[str, Any], ...], rank: int, timeout: float) -> dict[str, Any]:
         """DiLoCo's outer step, first half: the stage's pseudo-gradients averaged over the ring,
         weighted by the samples each peer processed this round; kept for `outer_apply`."""
         delta, samples = self.outer.pseudo_gradient(self.params), self.outer.round_samples
