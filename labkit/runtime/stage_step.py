@@ -11,7 +11,7 @@ then `outer_apply`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -58,9 +58,10 @@ class StepTaking:
 
     def prepare(self, plan: StepPlan) -> dict[str, Any]:
         """Check the held attempts against the plan's credits; if they match, reduce the sum over
-        the ring and keep it (or apply it, `plan.apply`). Answers {"held": attempts, "ring": why it
-        failed or None, "mismatch": whether they differ (no ring then), "late": the rank of the left neighbour if it sent nothing in time, "nbytes":
-        the sum's bytes, "sum_finite": whether the reduced sum is finite (a step on one that is not is
+        the ring and keep it (or apply it, `plan.apply`). Answers {"held": the attempts,
+        "mismatch": whether they differ from the credits (no ring then), "ring": why the ring failed
+        or None, "late": the rank of the left neighbour if it sent nothing in time, "nbytes": the
+        sum's bytes, "sum_finite": whether the reduced sum is finite (a step on one that is not is
         never applied), "finite": whether the parameters are finite after a step applied here}."""
         held = dict(self.attempts)
         answer: dict[str, Any] = {"held": held, "mismatch": False, "ring": None, "late": None, "nbytes": 0,
@@ -95,7 +96,8 @@ class StepTaking:
                               lambda step, chunk: right.call("post", plan.tag, step, chunk), self.mailbox, plan.timeout)
 
     def commit_step(self, tag: int, step: int) -> bool:
-        """Apply the sum `prepare` kept for ring `tag`; whether the parameters are finite after."""
+        """Apply the sum `prepare` kept for ring `tag`; whether the parameters are finite after (with
+        delayed updates, those the next batch runs on: the step before's)."""
         kept, self._prepared = self._prepared, None
         if kept is None or kept[0] != tag:
             raise RuntimeError(f"{self.name}: no prepared step for ring {tag} (holds {kept and kept[0]})")
@@ -115,8 +117,7 @@ class StepTaking:
         try:
             summed = self._ring(plan, torch.cat([flat * samples, flat.new_tensor([samples])]))
             if not summed[-1]:  # no peer processed a sample this round: equal weights (`sample_weights`)
-                summed = self._ring(plan.__class__(tag + 1, 0, {}, ring, rank, False, False, timeout),
-                                    torch.cat([flat, flat.new_tensor([1])]))
+                summed = self._ring(replace(plan, tag=tag + 1), torch.cat([flat, flat.new_tensor([1])]))
         except RingAborted as exc:
             return {"ring": str(exc), "nbytes": 0}
         self._outer = tag, unflatten(summed[:-1] / summed[-1], delta)
