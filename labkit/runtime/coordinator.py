@@ -180,8 +180,7 @@ class Coordinator:
 
     def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
         """A trainer gave up on peer `name` and banned it (a `banned` event). If the request may have
-        accumulated a gradient after all, no credit comes for it: the step boundary drops it, and
-        takes no one-trip step until then."""
+        accumulated a gradient after all, the boundary drops it (no one-trip step until then)."""
         with self.lock:
             peer = self.members.peers.get(name)
             if peer is None:
@@ -210,12 +209,15 @@ class Coordinator:
                 if self.paused or not self.ledger.ready():
                     self.cond.wait(timeout=0.5)
                     continue
+                commit = None
                 try:
-                    self.apply(step_boundary(self.books()))
+                    self.apply(commit := step_boundary(self.books()))
                 except Exception as exc:  # a broken invariant ends the run loudly
                     self.fail(exc)
                 self._record_state()
                 self.cond.notify_all()
+                if commit is not None and commit.retry is not None:  # a ring broke, no one to blame
+                    self.cond.wait(timeout=0.5)
 
     def books(self) -> Books:
         """What the boundary reads (lock held)."""
