@@ -165,14 +165,23 @@ def step_boundary(books: Books) -> Commit:
     return commit
 
 
-def _ring(peers: list[PeerHandle]) -> tuple[Any, ...]:
-    """How each peer of a stage reaches the others, in ring order (one peer reaches nobody)."""
-    return tuple(p.contact for p in peers) if len(peers) > 1 else (None,)
+def _ring(peers: list[PeerHandle]) -> tuple[tuple[str, Any], ...]:
+    """Each peer of a stage and how the others reach it, in ring order (one peer reaches nobody;
+    None for a peer that cannot be reached: the ring breaks there, and the peer fails its prepare)."""
+    return tuple((p.name, _contact(p)) for p in peers) if len(peers) > 1 else ((peers[0].name, None),)
+
+
+def _contact(peer: PeerHandle) -> Any:
+    try:
+        return peer.contact
+    except Exception:  # its process is gone: its own requests fail too
+        return None
 
 
 def _trouble(answer: dict[str, Any]) -> str | None:
-    """Why a prepare answer must end the boundary's other rings (its ring broke), if it must."""
-    return answer.get("ring")
+    """Why a prepare answer must end the boundary's other rings (its ring broke, or its peer's
+    attempts differ from its credits: it stays out of its ring), if it must."""
+    return answer.get("ring") or ("a peer's attempts differ from its credits" if answer.get("mismatch") else None)
 
 
 def _abort(peers: list[PeerHandle], tag: int, why: str) -> None:

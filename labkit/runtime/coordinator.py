@@ -22,8 +22,8 @@ from labkit.model.partition import stage_bounds
 from labkit.runtime.boundary import Books, Commit, step_boundary
 from labkit.runtime.membership import Membership
 from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
-from labkit.runtime.recovery import committed_states, rollback
-from labkit.runtime.shards import Checkpoints, stage_state
+from labkit.runtime.recovery import committed_states, keep_final, rollback
+from labkit.runtime.shards import Checkpoints
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import SyncSchedule
 from labkit.wire import get_codec
@@ -122,7 +122,7 @@ class Coordinator:
         try:
             if held and self.paused and not late:  # a stage lost its state: the run is back at its last checkpoint
                 self.rollback(f"the run stopped while stages {sorted(self.paused)} had no peer")
-            self._keep_final(held and (not self.paused or not late))
+            keep_final(self, held and (not self.paused or not late), STOP_GRACE)
         finally:
             self.closed = True  # the directory is empty from now on: trainers stop retrying
             if held:
@@ -165,17 +165,6 @@ class Coordinator:
                 self.ledger.finish(self.held.pop(lane), {}, None)
             self.cond.notify_all()
 
-    def _keep_final(self, readable: bool) -> None:
-        """Keep the state the run stops with (before its peers go): if the peers hold a consistent
-        one (`readable`: the lock held, no stage emptied since the last rollback), every stage's
-        from a peer that answers within STOP_GRACE; else the last checkpoint, whole."""
-        states = committed_states(self, STOP_GRACE) if readable else []
-        if len(states) == self.cfg.stages and all(states):
-            self.final, self.final_step = states, self.ledger.step
-        else:
-            kept = self.checkpoints.settle()
-            self.final, self.final_step = [stage_state(kept.shard(s)) for s in range(self.cfg.stages)], kept.step
-
     def _rebalance_loop(self) -> None:
         """Algorithm 2 every `rebalance_period` seconds until the run stops."""
         while not self.stopped.wait(self.cfg.rebalance_period):
@@ -191,8 +180,7 @@ class Coordinator:
 
     def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
         """A trainer gave up on peer `name` and banned it (a `banned` event). If the request may have
-        accumulated a gradient after all, no credit comes for it: the step boundary drops it, and
-        takes no one-trip step until then."""
+        accumulated a gradient after all, the boundary drops it (no one-trip step until then)."""
         with self.lock:
             peer = self.members.peers.get(name)
             if peer is None:
@@ -221,12 +209,15 @@ class Coordinator:
                 if self.paused or not self.ledger.ready():
                     self.cond.wait(timeout=0.5)
                     continue
+                commit = None
                 try:
-                    self.apply(step_boundary(self.books()))
+                    self.apply(commit := step_boundary(self.books()))
                 except Exception as exc:  # a broken invariant ends the run loudly
                     self.fail(exc)
                 self._record_state()
                 self.cond.notify_all()
+                if commit is not None and commit.retry is not None:  # a ring broke, no one to blame
+                    self.cond.wait(timeout=0.5)
 
     def books(self) -> Books:
         """What the boundary reads (lock held)."""

@@ -44,6 +44,7 @@ class Recoverable(Protocol):
     suspects: set[str]
     version: int
     final: list[dict[str, Any]] | None
+    final_step: int | None
     cond: threading.Condition
     clock: Callable[[], float]
 
@@ -51,15 +52,17 @@ class Recoverable(Protocol):
 
 
 def committed_states(c: Recoverable, timeout: float | None = None) -> list[dict[str, Any]]:
-    """Every stage's committed state (lock held: no step is being applied), from whichever of its
-    live peers answers first within `timeout` (default: the peer timeout); a stage without one has
-    the last checkpoint's (the run goes back to it when a peer joins there). Once the run stopped,
-    the states it stopped with."""
+    """Every stage's committed state (lock held: no step is being applied), from its first live
+    peer, or if that one fails to answer within `timeout` (default: the peer timeout), from
+    whichever other answers first; a stage without one has the last checkpoint's (the run goes
+    back to it when a peer joins there). Once the run stopped, the states it stopped with."""
     if c.final is not None:
         return c.final
-    asked = [[p.call("state") for p in c.members.live(stage)] for stage in range(c.cfg.stages)]
-    return [_first(futures, c.cfg.peer_timeout if timeout is None else timeout)
-            or stage_state(c.checkpoints.settle().shard(stage)) for stage, futures in enumerate(asked)]
+    timeout = c.cfg.peer_timeout if timeout is None else timeout
+    peers = [c.members.live(stage) for stage in range(c.cfg.stages)]
+    asked = [[p.call("state") for p in live[:1]] for live in peers]
+    return [_first(first, timeout) or _first([p.call("state") for p in live[1:]], timeout)
+            or stage_state(c.checkpoints.settle().shard(stage)) for stage, (first, live) in enumerate(zip(asked, peers))]
 
 
 def _first(futures: list[Future], timeout: float) -> dict[str, Any] | None:
@@ -94,3 +97,15 @@ def rollback(c: Recoverable, why: str) -> None:
     c.emit(events.setting(c.clock(), name="rollback", value={"from": was, "to": kept.step, "reason": why}))
     c.members.settle(failed, {})
     c.cond.notify_all()
+
+
+def keep_final(c: Recoverable, readable: bool, timeout: float) -> None:
+    """Keep the state the run stops with (before its peers go): if the peers hold a consistent
+    one (`readable`: the lock held, no stage emptied since the last rollback), every stage's from
+    a peer that answers within `timeout`; else the last checkpoint, whole."""
+    states = committed_states(c, timeout) if readable else []
+    if len(states) == c.cfg.stages and all(states):
+        c.final, c.final_step = states, c.ledger.step
+    else:
+        kept = c.checkpoints.settle()
+        c.final, c.final_step = [stage_state(kept.shard(s)) for s in range(c.cfg.stages)], kept.step

@@ -98,7 +98,8 @@ def ring_allreduce(flat: torch.Tensor, rank: int, n: int, tag: int, send: Send, 
     sent: list[Future] = []
     try:
         for step in range(2 * (n - 1)):
-            sent.append(send(step, chunks[(rank - step) % n]))
+            sent.append(send(step, chunks[(rank - step) % n].clone()))  # the clone: `out` changes under it
+            sent[-1].add_done_callback(lambda done: _abort_if_failed(done, mailbox, tag))
             got = mailbox.take(tag, step, timeout).to(out.device)
             target = chunks[(rank - step - 1) % n]
             if step < n - 1:
@@ -114,3 +115,9 @@ def ring_allreduce(flat: torch.Tensor, rank: int, n: int, tag: int, send: Send, 
     finally:
         mailbox.finish(tag)
     return out
+
+
+def _abort_if_failed(sent: Future, mailbox: Mailbox, tag: int) -> None:
+    """A send failed (the right neighbour died): end this peer's own wait at once."""
+    if (exc := sent.exception()) is not None:
+        mailbox.abort(tag, f"the right neighbour failed: {type(exc).__name__}: {exc}")

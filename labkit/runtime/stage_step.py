@@ -11,12 +11,13 @@ then `outer_apply`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from labkit.config import SyncConfig
+from labkit.runtime.links import LinkedHandle, Links
 from labkit.runtime.ring import Mailbox, RingAborted, RingTimeout, ring_allreduce
 from labkit.runtime.shards import save_shard, stage_state
 from labkit.swarm.ledger import AttemptKey
@@ -29,7 +30,7 @@ class StepPlan:
     tag: int  # the ring's tag (increasing over the run)
     step: int  # the step being taken (its number is step + 1)
     credited: dict[AttemptKey, int]  # the attempts the ledger credits this peer, with their samples
-    ring: tuple[Any, ...]  # the stage's peers' contacts, in ring order (this peer's at `rank`)
+    ring: tuple[tuple[str, Any], ...]  # the stage's peers (name, contact), in ring order (this one at `rank`)
     rank: int
     local: bool  # DiLoCo's inner step: no reduce, the peer steps on its own sum
     apply: bool  # step at once once the sum is reduced (no `commit_step` will come)
@@ -51,21 +52,23 @@ class StepTaking:
     `attempts`, `params`, `optimizer_step`, `local_step`, `outer`, `state`, `load_state`, `ensure_diloco`, `dial`)."""
 
     mailbox: Mailbox
+    links: Links | None = None  # the emulated links to its stage's other peers (`RunConfig.links`), if any
     _prepared: tuple[int, bool, Any] | None = None  # (ring tag, DiLoCo inner step, the sum or (own sum, samples))
     _outer: tuple[int, list[torch.Tensor]] | None = None  # (ring tag, the stage's averaged pseudo-gradient)
 
     def prepare(self, plan: StepPlan) -> dict[str, Any]:
         """Check the held attempts against the plan's credits; if they match, reduce the sum over
-        the ring and keep it (or apply it, `plan.apply`). Answers {"held": attempts, "ring": why it
-        failed or None, "late": the rank of the left neighbour if it sent nothing in time, "nbytes":
-        the sum's bytes, "sum_finite": whether the reduced sum is finite (a step on one that is not is
+        the ring and keep it (or apply it, `plan.apply`). Answers {"held": the attempts,
+        "mismatch": whether they differ from the credits (no ring then), "ring": why the ring failed
+        or None, "late": the rank of the left neighbour if it sent nothing in time, "nbytes": the
+        sum's bytes, "sum_finite": whether the reduced sum is finite (a step on one that is not is
         never applied), "finite": whether the parameters are finite after a step applied here}."""
         held = dict(self.attempts)
-        answer: dict[str, Any] = {"held": held, "ring": None, "late": None, "nbytes": 0, "sum_finite": None,
-                                  "finite": None}
+        answer: dict[str, Any] = {"held": held, "mismatch": False, "ring": None, "late": None, "nbytes": 0,
+                                  "sum_finite": None, "finite": None}
         self._prepared = None
-        if held != plan.credited:  # the coordinator reconciles (drop, or the run stops loudly)
-            return answer
+        if held != plan.credited:  # the coordinator reconciles (drop, or the run stops loudly), and ends the ring
+            return {**answer, "mismatch": True}
         if plan.local:
             self._prepared = plan.tag, True, (self.accum, sum(held.values()))
         else:
@@ -85,12 +88,16 @@ class StepTaking:
     def _ring(self, plan: StepPlan, flat: torch.Tensor) -> torch.Tensor:
         if len(plan.ring) == 1:
             return flat
-        right = self.dial(plan.ring[(plan.rank + 1) % len(plan.ring)])
+        name, contact = plan.ring[(plan.rank + 1) % len(plan.ring)]
+        if contact is None:
+            raise RingAborted(f"ring {plan.tag}: the right neighbour {name} cannot be reached")
+        right = self.dial(contact) if self.links is None else LinkedHandle(self.links.link(name), self.dial(contact))
         return ring_allreduce(flat, plan.rank, len(plan.ring), plan.tag,
                               lambda step, chunk: right.call("post", plan.tag, step, chunk), self.mailbox, plan.timeout)
 
     def commit_step(self, tag: int, step: int) -> bool:
-        """Apply the sum `prepare` kept for ring `tag`; whether the parameters are finite after."""
+        """Apply the sum `prepare` kept for ring `tag`; whether the parameters are finite after (with
+        delayed updates, those the next batch runs on: the step before's)."""
         kept, self._prepared = self._prepared, None
         if kept is None or kept[0] != tag:
             raise RuntimeError(f"{self.name}: no prepared step for ring {tag} (holds {kept and kept[0]})")
@@ -101,7 +108,7 @@ class StepTaking:
             self.local_step(*payload, step)
         return all(bool(torch.isfinite(p).all()) for p in self.params)
 
-    def outer_reduce(self, tag: int, ring: tuple[Any, ...], rank: int, timeout: float) -> dict[str, Any]:
+    def outer_reduce(self, tag: int, ring: tuple[tuple[str, Any], ...], rank: int, timeout: float) -> dict[str, Any]:
         """DiLoCo's outer step, first half: the stage's pseudo-gradients averaged over the ring,
         weighted by the samples each peer processed this round; kept for `outer_apply`."""
         delta, samples = self.outer.pseudo_gradient(self.params), self.outer.round_samples
@@ -110,8 +117,7 @@ class StepTaking:
         try:
             summed = self._ring(plan, torch.cat([flat * samples, flat.new_tensor([samples])]))
             if not summed[-1]:  # no peer processed a sample this round: equal weights (`sample_weights`)
-                summed = self._ring(plan.__class__(tag + 1, 0, {}, ring, rank, False, False, timeout),
-                                    torch.cat([flat, flat.new_tensor([1])]))
+                summed = self._ring(replace(plan, tag=tag + 1), torch.cat([flat, flat.new_tensor([1])]))
         except RingAborted as exc:
             return {"ring": str(exc), "nbytes": 0}
         self._outer = tag, unflatten(summed[:-1] / summed[-1], delta)
