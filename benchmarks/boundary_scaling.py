@@ -20,21 +20,27 @@ neither counts the boundary's two control requests from the coordinator (prepare
 whose seconds are shown. The machine has 2 cores: 2N peers, 2 trainers and the driver share them, so the
 ring's transfers and additions compete for CPU with each other (and with other jobs).
 
-Emulated links (`RunConfig.links`) are not measured: they delay trainer-peer requests only, and
-the ring's chunks between a stage's peers do not cross them, so the boundary would not change.
+With `--links MBPS,...` the `--link-cells` run again over emulated links (`RunConfig.links`, a
+scenario written here: every peer and trainer in one region whose link is `--link-rtt-ms` and
+MBPS megabits a second), which a stage's ring chunks and the trainers' requests cross (not the
+coordinator's control requests); their bound takes the link's bandwidth and a one-way latency of
+half its round trip instead of the data plane's.
 
     python benchmarks/boundary_scaling.py [--cells nano:2,4,8/tiny:2,4,8/small:2] [--steps 6] [--warmup 2]
+                                          [--links 1000,100 --link-cells nano:2,4,8/tiny:2,4,8]
 
-Last line: boundary_scaling coordinator_tensor_bytes=<max over cells> worst_over_bound=<max over
-cells with N <= 4> worst_over_bound_n8=<max over N = 8 cells, or na>.
+Last line: boundary_scaling coordinator_tensor_bytes=<max over all cells> worst_over_bound=<max over
+loopback cells with N <= 4> worst_over_bound_n8=<max over loopback N = 8 cells, or na>.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import statistics
+import tempfile
 import time
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
@@ -111,9 +117,22 @@ def stage_gradient_bytes(cfg: RunConfig) -> list[int]:
             for s in range(cfg.stages)]
 
 
-def run_cell(size: str, n: int, steps: int, warmup: int, bandwidth: float, latency: float) -> dict:
-    """One Dask run of the cell; its boundary figures (steps after `warmup`) beside the bound."""
-    cfg = cell_config(size, n, steps)
+def links_file(cfg: RunConfig, mbps: float, rtt_ms: float, folder: str) -> str:
+    """A scenario placing `cfg`'s peers and trainers in one region whose links are `mbps`, `rtt_ms`."""
+    path = os.path.join(folder, f"{cfg.model.size}-n{cfg.peers}-{mbps:g}mbps.json")
+    peers = [{"device": "T4", "count": cfg.peers, "stage": s} for s in range(cfg.stages)]
+    with open(path, "w") as f:
+        json.dump({"name": f"lan-{mbps:g}mbps", "model": cfg.model.size, "stages": cfg.stages, "peers": peers,
+                   "trainers": cfg.trainers, "rtt_ms": rtt_ms, "bandwidth_mbps": mbps}, f)
+    return path
+
+
+def run_cell(size: str, n: int, steps: int, warmup: int, bandwidth: float, latency: float,
+             links: str | None = None) -> dict:
+    """One Dask run of the cell (over the emulated links of the scenario file `links`, if given);
+    its boundary figures (steps after `warmup`) beside the bound for `bandwidth` bytes/s and a
+    round trip of `latency` seconds."""
+    cfg = cell_config(size, n, steps).replace(links=links)
     grads = stage_gradient_bytes(cfg)
     began = time.perf_counter()
     run = labkit.launch(cfg, backend="dask")
@@ -128,7 +147,7 @@ def run_cell(size: str, n: int, steps: int, warmup: int, bandwidth: float, laten
     seconds = statistics.median(e["boundary"]["total"] for e in measured)
     bound = 2 * (n - 1) / n * max(grads) / bandwidth
     with_latency = bound + 2 * (n - 1) * latency / 2  # and a one-way message latency per ring step
-    return {"size": size, "n": n, "params": cfg.model.num_params(), "grad_bytes": max(grads), "seconds": seconds,
+    return {"size": size, "n": n, "links": links, "params": cfg.model.num_params(), "grad_bytes": max(grads), "seconds": seconds,
             **{part: statistics.median(e["boundary"]["seconds"].get(part, 0.0) for e in measured)
                for part in ("prepare", "commit_step")},
             "tensor_bytes": max(e["boundary"]["tensor_bytes"] for e in run.events.history("step")),
@@ -153,6 +172,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="first steps left out of the medians")
     parser.add_argument("--round-trips", type=int, default=5, help="32 MiB echo round trips per bandwidth repeat")
     parser.add_argument("--repeats", type=int, default=5, help="bandwidth repeats")
+    parser.add_argument("--links", default="", help="emulated link bandwidths in Mb/s, comma-separated (none by default)")
+    parser.add_argument("--link-cells", default="nano:2,4,8/tiny:2,4,8", help="the cells run over each --links")
+    parser.add_argument("--link-rtt-ms", type=float, default=1.0, help="the emulated links' round trip")
     args = parser.parse_args()
     torch.set_num_threads(1)
     load_start, began = os.getloadavg(), time.perf_counter()
@@ -160,28 +182,37 @@ def main() -> None:
     print(f"data plane (SocketClient -> SocketServer, 32 MiB echo, {args.round_trips} round trips x {args.repeats}): "
           f"median {bandwidth / 1e6:,.0f} MB/s (runs: {', '.join(f'{r / 1e6:,.0f}' for r in rates)}); "
           f"4-byte round trip {latency * 1e3:.2f} ms", flush=True)
+    plans = [(size, n, None) for size, n in parse_cells(args.cells)]
+    plans += [(size, n, float(mbps)) for mbps in filter(None, args.links.split(",")) for size, n in parse_cells(args.link_cells)]
     rows = []
-    for size, n in parse_cells(args.cells):
-        rows.append(run_cell(size, n, args.steps, args.warmup, bandwidth, latency))
-        r = rows[-1]
-        print(f"{size} N={n}: boundary {r['seconds'] * 1e3:.1f} ms, bound {r['bound'] * 1e3:.2f} ms, "
-              f"over_bound {r['over_bound']:.1f}, run wall {r['wall']:.0f} s", flush=True)
+    with tempfile.TemporaryDirectory() as folder:
+        for size, n, mbps in plans:
+            if mbps is None:
+                rows.append(run_cell(size, n, args.steps, args.warmup, bandwidth, latency) | {"label": "loopback"})
+            else:
+                links = links_file(cell_config(size, n, args.steps), mbps, args.link_rtt_ms, folder)
+                rows.append(run_cell(size, n, args.steps, args.warmup, mbps * 1e6 / 8, args.link_rtt_ms / 1e3, links)
+                            | {"label": f"{mbps:g} Mb/s, {args.link_rtt_ms:g} ms"})
+            r = rows[-1]
+            print(f"{size} N={n} {r['label']}: boundary {r['seconds'] * 1e3:.1f} ms, bound {r['bound'] * 1e3:.2f} ms, "
+                  f"over_bound {r['over_bound']:.1f}, run wall {r['wall']:.0f} s", flush=True)
     load_end = os.getloadavg()
     print(f"\n2 stages x N peers, Dask, {args.steps} steps ({args.warmup} warm-up left out), {os.cpu_count()} cores; "
           f"load average {load_start[0]:.1f} -> {load_end[0]:.1f} (5 min {load_start[1]:.1f} -> {load_end[1]:.1f}); "
           f"{time.perf_counter() - began:.0f} s\n")
-    print("| size | params | N | stage grad MB | boundary ms | prepare ms | commit_step ms | coordinator tensor bytes "
+    print("| links | size | params | N | stage grad MB | boundary ms | prepare ms | commit_step ms | coordinator tensor bytes "
           "| bound ms | over bound | bound + ring latency ms | over that |")
-    print("| --- |" + " --- |" * 11)
+    print("| --- |" + " --- |" * 12)
     for r in rows:
-        print(f"| {r['size']} | {r['params']:,} | {r['n']} | {r['grad_bytes'] / 1e6:.2f} | {r['seconds'] * 1e3:.1f} | "
+        print(f"| {r['label']} | {r['size']} | {r['params']:,} | {r['n']} | {r['grad_bytes'] / 1e6:.2f} | {r['seconds'] * 1e3:.1f} | "
               f"{r['prepare'] * 1e3:.1f} | {r['commit_step'] * 1e3:.1f} | {r['median_tensor_bytes']:,.0f} | "
               f"{r['bound'] * 1e3:.2f} | {r['over_bound']:.1f} | {r['with_latency'] * 1e3:.2f} | "
               f"{r['seconds'] / r['with_latency']:.1f} |")
-    worst = {key: max((r["over_bound"] for r in rows if keep(r["n"])), default=None)
+    worst = {key: max((r["over_bound"] for r in rows if keep(r["n"]) and r["links"] is None), default=None)
              for key, keep in (("worst_over_bound", lambda n: n <= 4), ("worst_over_bound_n8", lambda n: n == 8))}
     print(f"boundary_scaling coordinator_tensor_bytes={max(r['tensor_bytes'] for r in rows)} "
           + " ".join(f"{key}={'na' if v is None else f'{v:.2f}'}" for key, v in worst.items()))
+
 
 if __name__ == "__main__":
     main()
