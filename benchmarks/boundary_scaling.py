@@ -26,8 +26,8 @@ MBPS megabits a second), which a stage's ring chunks and the trainers' requests 
 coordinator's control requests); their bound takes the link's bandwidth and a one-way latency of
 half its round trip instead of the data plane's.
 
-    python benchmarks/boundary_scaling.py [--cells nano:2,4,8/tiny:2,4,8/small:2] [--steps 6] [--warmup 2]
-                                          [--links 1000,100 --link-cells nano:2,4,8/tiny:2,4,8]
+    PYTHONPATH=$PWD python benchmarks/boundary_scaling.py [--cells nano:2,4,8/tiny:2,4,8/small:2] [--steps 6] [--warmup 2]
+                                                          [--links 1000,100 --link-cells nano:2,4,8/tiny:2,4,8]
 
 Last line: boundary_scaling coordinator_tensor_bytes=<max over all cells> worst_over_bound=<max over
 loopback cells with N <= 4> worst_over_bound_n8=<max over loopback N = 8 cells, or na>.
@@ -44,6 +44,7 @@ import tempfile
 import time
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 import torch
 
@@ -181,7 +182,7 @@ def main() -> None:
     bandwidth, rates, latency = data_plane(args.round_trips, args.repeats)
     print(f"data plane (SocketClient -> SocketServer, 32 MiB echo, {args.round_trips} round trips x {args.repeats}): "
           f"median {bandwidth / 1e6:,.0f} MB/s (runs: {', '.join(f'{r / 1e6:,.0f}' for r in rates)}); "
-          f"4-byte round trip {latency * 1e3:.2f} ms", flush=True)
+          f"4-byte round trip {latency * 1e3:.2f} ms; labkit from {Path(labkit.__file__).parent}", flush=True)
     plans = [(size, n, None) for size, n in parse_cells(args.cells)]
     plans += [(size, n, float(mbps)) for mbps in filter(None, args.links.split(",")) for size, n in parse_cells(args.link_cells)]
     rows = []
