@@ -22,14 +22,15 @@ Before each round every peer writes fresh gradients (base * (rank + 1) + rank + 
 every peer checks that its result is allclose (rtol 1e-5) to the exact sum; a wrong result stops
 the benchmark. Both are untimed. Per peer count and size: 2 warm-up rounds, then --repeats
 rounds, the three methods interleaved (their order rotates every round), medians reported.
-Then the re-form trials at --reform-peers (benchmarks/allreduce_reform.py says what is timed).
+Then the re-form trials at --reform-peers (benchmarks/allreduce_reform.py says what is timed),
+and whether a gloo group forms among threads of one process (benchmarks/allreduce_threads.py).
 
 This machine has 2 cores: with 4 and 8 peers (plus the driver) the processes are oversubscribed
 and every transfer competes with the others for CPU; the figures say which wins where on this
 machine, not on a network of hosts.
 
-    python -m benchmarks.allreduce [--repeats 5] [--sizes 8,32] [--peers 2,4,8]
-                                   [--reform-peers 4,8] [--reform-trials 5]
+    python -m benchmarks.allreduce [--repeats 9] [--sizes 8,32] [--peers 2,4,8]
+                                   [--reform-peers 4,8] [--reform-trials 7]
 
 Last line: allreduce n<N>_<size>_<star|ring|gloo>_ms=<median ms> for the nano stage and the
 largest size at each N, reform_n<N>_<ring|gloo>_ms=<median ms from the kill to the survivors'
@@ -51,6 +52,7 @@ import torch.distributed as dist
 
 from benchmarks.allreduce_peer import HOST, Peers, Shapes, payload_mb, peers, wait
 from benchmarks.allreduce_reform import measure, table
+from benchmarks.allreduce_threads import report
 from labkit.config import RunConfig
 from labkit.model.assembly import initial_states
 from labkit.swarm.sync import sum_over_peers
@@ -119,12 +121,12 @@ def run_peers(n: int, sizes: Sequence[Shapes], repeats: int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds per method and cell")
+    parser.add_argument("--repeats", type=int, default=9, help="timed rounds per method and cell")
     parser.add_argument("--sizes", default="8,32",
                         help="MB of float32 per peer besides the nano stage, comma-separated")
     parser.add_argument("--peers", default="2,4,8", help="peer counts, comma-separated")
     parser.add_argument("--reform-peers", default="4,8", help="peer counts of the re-form trials ('' for none)")
-    parser.add_argument("--reform-trials", type=int, default=5, help="kills per method and peer count")
+    parser.add_argument("--reform-trials", type=int, default=7, help="kills per method and peer count")
     args = parser.parse_args()
     torch.set_num_threads(1)  # the driver is the star's coordinator: one thread, as a peer
     mbs = [float(x) for x in args.sizes.split(",")]
@@ -152,7 +154,7 @@ def main() -> None:
             bus = [2 * (n - 1) / n * size_mb[s] / (t / 1e3) for t in ms]
             print(f"| {n} | {label} | {size_mb[s]:.2f} | " + " | ".join(f"{t:.1f}" for t in ms) + " | "
                   + " | ".join(f"{b:.0f}" for b in bus) + " |")
-    print("\n".join(table(reform, args.reform_trials)))
+    print("\n".join(table(reform, args.reform_trials) + report()))
 
     def winner(s: int) -> str:
         wins = {min(METHODS, key=lambda m: medians[n, m, s]) for n in peer_counts}

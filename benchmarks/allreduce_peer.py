@@ -73,12 +73,12 @@ class Peer:
         done.set_result(None)
         return done
 
-    def link(self, rank: int, n: int, right: str) -> None:
-        """Take place `rank` of a ring of `n` whose right neighbour serves at `right` (a link
-        already open to that address is kept)."""
+    def link(self, rank: int, n: int, right: str, right_origin: int) -> None:
+        """Take place `rank` of a ring of `n` whose right neighbour (peer `right_origin`) serves
+        at `right` (a link already open to that address is kept)."""
         self.rank, self.n = rank, n
         if right not in self.links:
-            self.links[right] = SocketClient(right, died((rank + 1) % n))
+            self.links[right] = SocketClient(right, died(right_origin))
             self.links[right].call("hello").result(TIMEOUT_S)
         self.right = self.links[right]
 
@@ -175,8 +175,9 @@ class Peers:
     def link(self, members: Sequence[int]) -> None:
         """Link the peers whose origins are `members`, in that order, into a ring."""
         n = len(members)
-        wait([self.clients[m].call("link", i, n, self.addresses[members[(i + 1) % n]])
-              for i, m in enumerate(members)])
+        rights = [members[(i + 1) % n] for i in range(n)]
+        wait([self.clients[m].call("link", i, n, self.addresses[r], r)
+              for i, (m, r) in enumerate(zip(members, rights))])
 
     def join(self, port: int, prefix: str, members: Sequence[int]) -> list[Future]:
         """Ask the peers `members` to form a gloo group under `prefix`; their futures."""
