@@ -57,6 +57,7 @@ class RunConfig:
     activation_checkpointing: bool = False  # peers keep only stage inputs, recompute in backward
     eval_every: int = 50  # steps between validation-loss evaluations (0 = only first and last)
     eval_batches: int = 4  # microbatches of validation data per evaluation
+    checkpoint_every: int = 20  # steps between the peers' checkpoints, what a stage losing every peer rolls back to (0 = start and stop only)
     seed: int = 0  # seeds parameters, data order and trainers
     threads: int = 1  # torch intra-op threads (process-wide), at most MAX_THREADS; peers already run in parallel; 0 = torch default
     executor: Any = DEFAULT  # the executor and its own config: one of labkit.executors (its name for its defaults)
@@ -115,6 +116,8 @@ class RunConfig:
         _check(isinstance(self.activation_checkpointing, bool), o, "activation_checkpointing", self.activation_checkpointing, "True or False")
         _check(_is_int(self.eval_every) and self.eval_every >= 0, o, "eval_every", self.eval_every, "an integer >= 0")
         _check(_is_int(self.eval_batches) and self.eval_batches >= 1, o, "eval_batches", self.eval_batches, "an integer >= 1")
+        _check(_is_int(self.checkpoint_every) and self.checkpoint_every >= 0, o, "checkpoint_every",
+               self.checkpoint_every, "an integer >= 0 (steps between checkpoints; 0 = only at the start and the stop)")
         _check(_is_int(self.seed) and 0 <= self.seed < 2**32, o, "seed", self.seed,
                "an integer >= 0 and < 2^32 (it is mixed into torch's 64-bit seeds)")
         _check(_is_int(self.threads) and 0 <= self.threads <= MAX_THREADS, o, "threads", self.threads,

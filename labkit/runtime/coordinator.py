@@ -9,17 +9,21 @@ stage holds exactly the global batch, and applies the `Commit` the boundary retu
 from __future__ import annotations
 
 import copy
+import itertools
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from labkit import events
-from labkit.config import RunConfig, SyncConfig
+from labkit.config import RunConfig
 from labkit.model.partition import stage_bounds
 from labkit.runtime.boundary import Books, Commit, step_boundary
 from labkit.runtime.membership import Membership
 from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
+from labkit.runtime.recovery import committed_states, rollback
+from labkit.runtime.shards import Checkpoints
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import SyncSchedule
 from labkit.wire import get_codec
@@ -29,17 +33,25 @@ STOP_GRACE = 5.0  # seconds a stopping run waits for microbatches in flight befo
 class Coordinator:
     """Ledger, membership and step boundary of one run; peers and trainers come from `factory`.
 
-    states: every stage's committed state (step `step`). The run shell evaluates them, at its step hook."""
+    states: every stage's state at step `step`, what the first peers start from. From then on the
+    committed state lives on the peers (`committed_states` asks them), and in the checkpoints they
+    write under `checkpoints` every `cfg.checkpoint_every` steps."""
 
     def __init__(self, cfg: RunConfig, emit: Callable[[events.Event], None], factory: PeerFactory,
-                 states: list[dict[str, Any]], *, step: int = 0) -> None:
+                 states: list[dict[str, Any]], *, step: int = 0, checkpoints: str | Path) -> None:
         self.cfg, self.emit, self.factory = cfg, emit, factory
         self.clock = factory.clock
         self.codec = cfg.compression.codec  # wire codec of activations and their gradients; switchable
         get_codec(self.codec)  # an unavailable codec fails here, with its name, before any peer starts
         self.ledger = StepLedger(cfg.stages, cfg.microbatches_per_step, cfg.microbatch, step=step)
         self.schedule = SyncSchedule(cfg.sync)
-        self.snapshots = [dict(s) for s in states]  # committed at the last step boundary
+        self.initial = [dict(s) for s in states]  # what the first peers start from
+        self.checkpoints = Checkpoints(Path(checkpoints), cfg.checkpoint_every, cfg.peer_timeout,
+                                       lambda step: emit(events.setting(self.clock(), name="checkpoint", value=step)))
+        self.checkpoints.write_now(step, cfg, self.schedule, self.initial)  # a rollback before the first goes here
+        self.tags = itertools.count(1).__next__  # ring tags, increasing over the run
+        self.suspects: set[str] = set()  # peers a trainer timed out on since the last step
+        self.version = 0  # counts committed steps and rollbacks: a joiner's state is stale if it changed
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.paused: set[int] = set()  # stages without a live peer
@@ -47,6 +59,7 @@ class Coordinator:
         self.stopping = False  # no more tasks are handed out
         self.running = False  # start() was called: new peers must be ready before they join
         self.closed = False  # join() stopped the peers
+        self.final: list[dict[str, Any]] | None = None  # every stage's state when the run stopped
         self.finished = threading.Event()  # the last step was committed
         self.stopped = threading.Event()  # no more steps will be taken
         self.last_loss: float | None = None
@@ -73,7 +86,7 @@ class Coordinator:
             trainer.start()
         self._boundary.start()
         if self.cfg.rebalance_period:
-            threading.Thread(target=self.members.rebalance_loop, name="rebalancer", daemon=True).start()
+            threading.Thread(target=self._rebalance_loop, name="rebalancer", daemon=True).start()
         threading.Thread(target=self.members.publish_loads, name="labkit-loads", daemon=True).start()
 
     def stop(self) -> None:
@@ -105,10 +118,14 @@ class Coordinator:
             trainer.join(max(0.0, grace - time.monotonic()))
         late = any(trainer.alive() for trainer in self.trainers)
         if not late and self.lock.acquire(timeout=max(0.0, grace - time.monotonic())):
-            self.closed = True
-            self.lock.release()
+            try:
+                self.final = self.committed_states()  # the state at the stop, before its peers go
+            finally:
+                self.closed = True
+                self.lock.release()
         else:  # a boundary waiting on a slow peer may hold the lock: a flag, and the peers from a copy
             late, self.closed = True, True  # the directory is empty from now on: trainers stop retrying
+            self.ledger.rewind(self.checkpoints.latest.step)  # what is left of the run is its last checkpoint
         self.members.stop_all(crash=late)
         for trainer in self.trainers:
             trainer.join(timeout)
@@ -147,11 +164,32 @@ class Coordinator:
                 self.ledger.finish(self.held.pop(lane), {}, None)
             self.cond.notify_all()
 
+    def _rebalance_loop(self) -> None:
+        """Algorithm 2 every `rebalance_period` seconds until the run stops."""
+        while not self.stopped.wait(self.cfg.rebalance_period):
+            try:
+                self.members.rebalance()
+            except (KeyError, ValueError) as exc:  # the chosen peer left meanwhile: skip this round
+                self.emit(events.setting(self.clock(), name="rebalance_skipped", value=str(exc)))
+            except RunEnded:
+                return
+
     def stage_empty(self, stage: int) -> None:
         self.members.stage_empty(stage)
 
     def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
-        self.members.timed_out(name, may_have_accumulated)
+        """A trainer gave up on peer `name` and banned it (a `banned` event). If the request may have
+        accumulated a gradient after all, no credit comes for it: the step boundary drops it, and
+        takes no one-trip step until then."""
+        with self.lock:
+            peer = self.members.peers.get(name)
+            if peer is None:
+                return
+            if may_have_accumulated:
+                self.suspects.add(name)
+            during = "a request that may accumulate a gradient" if may_have_accumulated else "a forward"
+            self.emit(events.peer(self.clock(), peer=name, stage=peer.stage, state="banned", queue=peer.queue_length)
+                      | {"reason": f"timeout during {during}"})
 
     def peer_failed(self, name: str, exc: BaseException) -> None:
         self.members.evict(name, f"error: {type(exc).__name__}: {exc}")
@@ -182,23 +220,31 @@ class Coordinator:
         """What the boundary reads (lock held)."""
         stages = range(self.cfg.stages)
         return Books(self.cfg, self.ledger.step, self.ledger.loss(), [self.ledger.credited(s) for s in stages],
-                     [self.members.live(s) for s in stages], copy.copy(self.schedule), self.new_split, self.clock)
+                     [self.members.live(s) for s in stages], copy.copy(self.schedule), self.new_split, self.clock,
+                     self.tags, frozenset(self.suspects))
 
     def apply(self, commit: Commit) -> None:
-        """Carry out what the boundary decided (lock held): evictions and dropped sums, then the step's
-        states, split, ledger, events and step hooks if it was taken; stop a diverged or finished run."""
+        """Carry out what the boundary decided (lock held): evictions and dropped sums, a rollback,
+        then the step's split, ledger, events, step hooks and checkpoint if it was taken; stop a
+        diverged or finished run."""
         self.members.settle(commit.evict, commit.drop)
+        if commit.rollback is not None:
+            self.rollback(commit.rollback)
         if commit.taken:
-            self.schedule, self.last_loss = commit.schedule, self.ledger.loss()
-            self.snapshots = [commit.states.get(stage, state) for stage, state in enumerate(self.snapshots)]
+            self.schedule, self.last_loss, self.version = commit.schedule, self.ledger.loss(), self.version + 1
+            self.suspects.clear()
             if commit.split is not None:  # set_layer_split's request: re-slice the states, rebuild every peer
+                states = self.committed_states()
                 self.cfg, self.new_split = self.cfg.replace(layer_split=commit.split), None
-                self.snapshots = self.members.rebuild(self.snapshots)
+                states = self.members.rebuild(states)
+                self.checkpoints.write_now(self.ledger.step + 1, self.cfg, self.schedule, states)  # the old ones no longer fit
             self.ledger.advance()
         for event in commit.events:  # the syncs, then the step (none if it diverged)
             self.emit(event)
+        if commit.retry is not None:
+            self.emit(events.setting(self.clock(), name="boundary_retry", value=commit.retry))
         if commit.diverged is not None:
-            self.diverged = f"{commit.diverged}; the run keeps the state of step {commit.step}"
+            self.diverged = f"{commit.diverged}; the run went back to its checkpoint of step {self.ledger.step}"
             self.emit(events.run(self.clock(), state="diverged", reason=self.diverged))
             self.stop()
         if not commit.taken:
@@ -206,9 +252,20 @@ class Coordinator:
         self.members.alive()
         for hook in self.step_hooks:
             hook(self.ledger.step)
+        writers = [peers[0] for peers in map(self.members.live, range(self.cfg.stages)) if peers]
+        if self.checkpoints.due(self.ledger.step) and self.schedule.inner == 0 and len(writers) == self.cfg.stages:
+            self.checkpoints.start(self.ledger.step, self.cfg, self.schedule, writers)
         if self.ledger.step >= self.cfg.steps:
             self.finished.set()
             self.stop()
+
+    def committed_states(self) -> list[dict[str, Any]]:
+        """Every stage's committed state (lock held); see `recovery.committed_states`."""
+        return committed_states(self)
+
+    def rollback(self, why: str) -> None:
+        """Take the whole run back to its last checkpoint (lock held); see `recovery.rollback`."""
+        rollback(self, why)
 
     # -- settings --------------------------------------------------------------------------------
     def live_or_raise(self, verb: str) -> None:
@@ -218,40 +275,6 @@ class Coordinator:
                       "finished" if self.finished.is_set() else "stopped")
             raise RunEnded(f"{verb} is not available: the run has ended ({status}); "
                            f"snapshot() and checkpoint() still give its final state")
-
-    def set_layer_split(self, split: tuple[int, ...]) -> None:
-        """Re-cut the model into `split` blocks per stage at the next step boundary."""
-        cfg = self.cfg.replace(layer_split=tuple(split))  # validates: ConfigError names the field
-        with self.lock:
-            self.live_or_raise("set_layer_split")
-            diloco = self.schedule.cfg.mode != "allreduce" or self.schedule.pending is not None
-            if diloco or cfg.delayed_updates or cfg.model.share_layers:
-                raise ValueError("set_layer_split is not allowed with DiLoCo (in force or requested), delayed updates "
-                                 "or shared layers: it needs one optimizer state per parameter, identical on every peer")
-            self.new_split = cfg.layer_split
-            self.emit(events.setting(self.clock(), name="layer_split", value=list(cfg.layer_split)))
-
-    def set_compression(self, codec: str) -> None:
-        """Use `codec` for every hop from now on (a microbatch in flight may mix codecs; each
-        tensor carries the name of the codec that encoded it)."""
-        get_codec(codec)
-        with self.lock:
-            self.live_or_raise("set_compression")
-            self.codec = codec
-            self.emit(events.setting(self.clock(), name="codec", value=codec))
-
-    def set_sync(self, sync: SyncConfig) -> None:
-        """Switch between all-reduce and DiLoCo at the next boundary where the current mode can stop."""
-        with self.lock:
-            self.live_or_raise("set_sync")
-            self.schedule.request(sync)
-            self.emit(events.setting(self.clock(), name="sync", value=sync.mode))
-
-    def set_peer_delay(self, name: str, seconds: float) -> None:
-        self.members.live_peer(name, "set_peer_delay").set_delay(seconds)
-
-    def peer_state(self, name: str) -> dict[str, Any]:
-        return self.members.live_peer(name, "peer_state").call("state").result()
 
     def state(self) -> dict[str, Any]:
         """Step, last loss, paused stages, and every stage's peers with queue lengths and the

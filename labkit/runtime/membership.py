@@ -17,8 +17,9 @@ from labkit import events
 from labkit.config import RunConfig
 from labkit.model.assembly import stage_module
 from labkit.model.partition import stage_bounds
-from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
+from labkit.runtime.ports import PeerFactory, PeerHandle
 from labkit.runtime.resize import recut_states
+from labkit.runtime.shards import Checkpoints
 from labkit.swarm.ledger import StepLedger
 from labkit.swarm.rebalance import choose_move, join_stage
 
@@ -33,7 +34,9 @@ class Run(Protocol):
     ledger: StepLedger
     lock: threading.RLock
     cond: threading.Condition
-    snapshots: list[dict[str, Any]]  # the stages' committed states
+    initial: list[dict[str, Any]]  # the stages' states the first peers start from
+    checkpoints: Checkpoints  # the last one is what a peer of an emptied stage starts from
+    version: int  # changes with every committed step and rollback
     paused: set[int]  # stages without a live peer
     running: bool  # new peers must be ready before they join
     closed: bool  # the peers were stopped
@@ -41,6 +44,8 @@ class Run(Protocol):
     clock: Callable[[], float]
 
     def emit(self, event: events.Event) -> None: ...
+
+    def rollback(self, why: str) -> None: ...
 
     def live_or_raise(self, verb: str) -> None: ...
 
@@ -84,7 +89,7 @@ class Membership:
         for stage, count in enumerate(self.c.cfg.peers_per_stage):
             for _ in range(count):
                 name = self._next_name(stage)
-                peer = self.c.factory.start_peer(name, stage, self.c.snapshots[stage], source=None, delay=0.0,
+                peer = self.c.factory.start_peer(name, stage, self.c.initial[stage], source=None, delay=0.0,
                                                  running=False)
                 self._enter(name, peer)
                 if self.c.cfg.sync.mode == "diloco":
@@ -152,23 +157,27 @@ class Membership:
                 stage = join_stage({p.name: (p.stage, p.queue_length) for p in self.peers.values()}, c.cfg.stages)
             if not (isinstance(stage, int) and 0 <= stage < c.cfg.stages):
                 raise ValueError(f"stage={stage!r} is not allowed: an integer in [0, {c.cfg.stages - 1}] or None")
-            name, step, bounds, state = self._next_name(stage), c.ledger.step, self.bounds, c.snapshots[stage]
-            neighbours = self.live(stage)
+            name, version, bounds, neighbours = self._next_name(stage), c.version, self.bounds, self.live(stage)
+            state = c.checkpoints.latest.shard(stage)  # an emptied stage: the run went back to this checkpoint
         try:
             peer = c.factory.start_peer(name, stage, None if neighbours else state,
                                         source=neighbours[0] if neighbours else None, delay=0.0, running=c.running)
         except Exception:
             if not neighbours:
                 raise
-            # the neighbour (or the worker) may have died during the download: the committed state, afresh
+            # the neighbour (or the worker) may have died during the download: start from the checkpoint,
             peer = c.factory.start_peer(name, stage, state, source=None, delay=0.0, running=c.running)
+            version = -1  # and catch up below
         with c.lock:
             try:
                 c.live_or_raise("add_peer")
                 if self.bounds != bounds:
                     raise RuntimeError(f"the layer split changed while {name} started: add it again")
-                if c.ledger.step != step:
-                    peer.call("load_state", c.snapshots[stage]).result(c.cfg.peer_timeout)
+                if c.version != version:  # a step (or a rollback) happened meanwhile: catch up from a neighbour
+                    live = self.live(stage)
+                    caught_up = (peer.call("copy_from", live[0].contact) if live else
+                                 peer.call("restore", c.checkpoints.latest.shard(stage)))
+                    caught_up.result(c.cfg.peer_timeout)
             except Exception:
                 peer.kill()
                 raise
@@ -182,12 +191,16 @@ class Membership:
         return name
 
     def stage_empty(self, stage: int) -> None:
-        """A trainer found no live peer for `stage`: pause until one is added (`add_peer`)."""
+        """`stage` has no live peer (the last one left, or a trainer found none): its committed
+        state is gone, so the run goes back to its last checkpoint and pauses until a peer is
+        added (`add_peer`), which starts from the checkpoint's shard."""
         with self.c.lock:
-            if not self.live(stage) and stage not in self.c.paused:
+            if not self.live(stage) and stage not in self.c.paused and not self.c.closed:
                 self.c.paused.add(stage)
+                self.c.rollback(f"stage {stage} lost its last peer")
                 self.c.emit(events.run(self.c.clock(), state="paused",
-                                       reason=f"stage {stage} has no live peer; add_peer({stage}) resumes the run"))
+                                       reason=f"stage {stage} has no live peer: the run went back to its checkpoint of "
+                                              f"step {self.c.ledger.step}; add_peer({stage}) resumes it"))
 
     def kill_peer(self, name: str) -> None:
         """Crash a peer: its queue, stashed activations and accumulated gradients are gone."""
@@ -199,6 +212,8 @@ class Membership:
         peer, lost = self._remove(name)
         self.c.emit(events.peer(self.c.clock(), peer=name, stage=peer.stage, state="killed", queue=0)
                     | {"reason": reason, "lost_samples": lost})
+        if self.c.running:
+            self.stage_empty(peer.stage)
 
     def move_peer(self, name: str, stage: int) -> str:
         """Move a peer to another stage (Algorithm 2's move, or on demand): it stops serving its
@@ -234,26 +249,6 @@ class Membership:
             self.c.live_or_raise("rebalance")
             move = choose_move({p.name: (p.stage, p.queue_length) for p in self.peers.values()}, self.c.cfg.stages)
             return None if move is None else self.move_peer(move.peer, move.target)
-
-    def rebalance_loop(self) -> None:
-        """Algorithm 2 every `rebalance_period` seconds until the run stops."""
-        while not self.c.stopped.wait(self.c.cfg.rebalance_period):
-            try:
-                self.rebalance()
-            except (KeyError, ValueError) as exc:  # the chosen peer left meanwhile: skip this round
-                self.c.emit(events.setting(self.c.clock(), name="rebalance_skipped", value=str(exc)))
-            except RunEnded:
-                return
-
-    def timed_out(self, name: str, may_have_accumulated: bool) -> None:
-        """A trainer gave up on a peer and banned it (a `banned` event). If the request may have
-        accumulated a gradient after all, no credit comes for it: the step boundary drops it."""
-        with self.c.lock:
-            peer = self.peers.get(name)
-            if peer is not None:
-                during = "a request that may accumulate a gradient" if may_have_accumulated else "a forward"
-                self.c.emit(events.peer(self.c.clock(), peer=name, stage=peer.stage, state="banned",
-                                        queue=peer.queue_length) | {"reason": f"timeout during {during}"})
 
     def drop_gradients(self, name: str, reason: str) -> None:
         """A peer holds gradients no credit will come for (the step boundary's verdict): it drops

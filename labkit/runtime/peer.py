@@ -11,6 +11,7 @@ Killing a peer drops its queue, its stash and its accumulated gradients, as a cr
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -22,6 +23,8 @@ from labkit.model import Stage
 from labkit.runtime.diloco import OuterState
 from labkit.runtime.optim import apply_step, make_optimizer
 from labkit.runtime.request_queue import RequestQueue
+from labkit.runtime.ring import Mailbox
+from labkit.runtime.stage_step import StepTaking
 from labkit.swarm.ledger import AttemptKey
 from labkit.wire import Codec, Encoded, get_codec
 
@@ -30,8 +33,14 @@ class PeerDied(RuntimeError):
     """The peer was killed; what it held is gone."""
 
 
-class StagePeer(RequestQueue):
-    """Serves stage `stage` with its own copy of the stage's parameters and optimizer."""
+IMMEDIATE = ("post", "abort")  # ring traffic: served at once, beside what the peer's thread runs (the ring)
+
+
+class StagePeer(StepTaking, RequestQueue):
+    """Serves stage `stage` with its own copy of the stage's parameters and optimizer.
+
+    The peers of a stage reach each other through `dial(contact)` (a handle with `call`): here a
+    neighbour's contact is the neighbour itself; a Dask peer dials its neighbours' data planes."""
 
     def __init__(self, name: str, stage: int, module: Stage, cfg: RunConfig, device: str = "cpu") -> None:
         self.name, self.stage, self.cfg, self.device = name, stage, cfg, torch.device(device)
@@ -51,11 +60,31 @@ class StagePeer(RequestQueue):
         self.delay = 0.0  # extra seconds per request: makes a peer slow on purpose (demos, tests)
         self._stash: dict[AttemptKey, tuple[torch.Tensor, torch.Tensor | None]] = {}
         self._killed = threading.Event()  # ends an artificial delay at once
+        self.mailbox = Mailbox()  # ring chunks from the left neighbour
+        self.dial: Callable[[Any], Any] = lambda contact: contact
         super().__init__(f"peer-{name}", lambda: PeerDied(name))
+
+    @property
+    def contact(self) -> StagePeer:
+        """How the stage's other peers reach this one (in-process: itself)."""
+        return self
+
+    def call(self, method: str, *args: Any) -> Future:
+        """Queue `method(*args)`; ring traffic (`IMMEDIATE`) is served at once instead."""
+        if method not in IMMEDIATE:
+            return super().call(method, *args)
+        out: Future = Future()
+        if self._killed.is_set():
+            out.set_exception(PeerDied(self.name))
+        else:
+            getattr(self.mailbox, method)(*args)
+            out.set_result(None)
+        return out
 
     def kill(self) -> None:
         """Crash: stop answering, drop queued work, stashed activations and accumulated gradients."""
         self._killed.set()
+        self.mailbox.close(f"{self.name} died")
         super().kill()
         self._stash.clear()
         self.accum = []
@@ -162,11 +191,6 @@ class StagePeer(RequestQueue):
         """Forget activations of abandoned attempts (called between steps)."""
         self._stash.clear()
 
-    def gradients(self) -> tuple[list[torch.Tensor], dict[AttemptKey, int]]:
-        """This peer's accumulated gradient sums and the attempts they hold, with their samples
-        (kept until the step clears them)."""
-        return self.accum, dict(self.attempts)
-
     def clear_gradients(self) -> None:
         """Drop the accumulated gradients and their attempts (the parameters stay)."""
         self.accum = [torch.zeros_like(p) for p in self.params]
@@ -219,10 +243,6 @@ class StagePeer(RequestQueue):
         self.clear_gradients()
         self._step(self.params, [g * scale for g in grads], step)
         self.outer.round_samples += samples
-
-    def pseudo_gradient(self) -> tuple[list[torch.Tensor], int]:
-        """(local - global parameters, samples processed this round)."""
-        return self.outer.pseudo_gradient(self.params), self.outer.round_samples
 
     def outer_step(self, delta: list[torch.Tensor]) -> None:
         """Apply the stage's averaged pseudo-gradient; restart from the new global parameters."""

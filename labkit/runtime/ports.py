@@ -39,6 +39,11 @@ class PeerHandle(Protocol):
         """Where the peer runs ("local", or a Dask worker's address)."""
 
     @property
+    def contact(self) -> Any:
+        """How the stage's other peers reach this one (`StagePeer.dial` takes it): the peer itself
+        in-process, its data plane's address on Dask."""
+
+    @property
     def queue_length(self) -> int:
         """Requests waiting (what Algorithm 2 balances)."""
 
@@ -132,9 +137,10 @@ class PeerFactory(Protocol):
 
     clock: Callable[[], float]  # seconds since the run started, on a clock every process shares
 
-    def start_peer(self, name: str, stage: int, state: dict[str, Any] | None, *, source: PeerHandle | None,
+    def start_peer(self, name: str, stage: int, state: dict[str, Any] | str | None, *, source: PeerHandle | None,
                    delay: float, running: bool) -> PeerHandle:
-        """A peer of `stage` holding `state`, or downloading it from the live `source`. Before the
+        """A peer of `stage` holding `state` (or the checkpoint shard file it names), or downloading
+        it from the live `source`. Before the
         run starts (`running` False) it serves at once; mid-run it holds its state when this
         returns (called without the coordinator's lock: a start takes seconds) and serves
         trainers once `admit`ted."""

@@ -60,7 +60,7 @@ class Run(RunHandle):
         self._ready, self._done, self._stop = threading.Event(), threading.Event(), threading.Event()
         self._summary: dict[str, Any] = {}
         self._snapshots: list[Future] = []  # snapshot() requests, served at the next consistent boundary
-        self._final = False  # the run has ended: snapshots are of the final state, at once
+        self._final: Snapshot | None = None  # the run's final state, once it ended: what snapshots get at once
         self._lock = threading.Lock()
         self._started = time.time()  # the wall clock, which workers on other machines share
         self._start_thread(self._main, f"labkit-{cfg.spec.name}-run")
@@ -143,7 +143,7 @@ class Run(RunHandle):
         self._summary = ended_summary(status, core.step, self._totals, self.clock(), corpus, core.error,
                                       core.diverged, executor=self.config.spec.name)
         with self._lock:  # requests no boundary will serve any more get the final state
-            pending, self._snapshots, self._final = self._snapshots, [], True
+            pending, self._snapshots, self._final = self._snapshots, [], snapshot
         leave_record(self.run_dir, self._summary, snapshot, pending)
         self.events.emit(events.run(self.clock(), state=status, reason=self._summary.get("error") or
                                     self._summary.get("reason", "")))
@@ -183,7 +183,10 @@ class Run(RunHandle):
             return future
         with core.cond:
             with self._lock:
-                if not self._final and not core.stopping:
+                if self._final is not None:
+                    future.set_result(self._final)
+                    return future
+                if not core.stopping:
                     self._snapshots.append(future)
                     return future
             future.set_result(self._capture(core))

@@ -172,6 +172,12 @@ class StepLedger:
         """The step's loss: the sum of the microbatches' contributions (each already scaled)."""
         return float(sum(mb.loss or 0.0 for mb in self._mbs))
 
+    def rewind(self, step: int) -> None:
+        """Start step `step` afresh (a rollback): its credits are gone, attempt numbers go on
+        (a late gradient of an abandoned attempt can never pass for a new one)."""
+        self.step = step
+        self._reset()
+
     def advance(self) -> None:
         """Start the next optimizer step."""
         self.step += 1

@@ -28,9 +28,10 @@ from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig
 from labkit.model.assembly import stage_module
 from labkit.runtime.background import settle
-from labkit.runtime.peer import StagePeer
+from labkit.runtime.peer import PeerDied, StagePeer
 from labkit.runtime.request_queue import timing
-from labkit.runtime.sockets import SocketServer
+from labkit.runtime.shards import stage_state
+from labkit.runtime.sockets import SocketClient, SocketServer
 
 DATA_REQUESTS = ("forward", "backward", "loss")  # what the throughput EMA measures
 EMA_GAMMA = 0.9
@@ -82,10 +83,12 @@ class PeerActor:
         prepare_worker(cfg)
         if source is not None:
             state, _ = peer_actor(*source).call("state").result()
+        state = stage_state(state)
         device = "cuda" if gpu_worker() and torch.cuda.is_available() else "cpu"
         self.peer = StagePeer(name, stage, stage_module(cfg, stage, state["params"]), cfg, device)
         self.peer.load_state(state)
         self.peer.set_delay(delay)
+        self.peer.dial = Neighbours(name).dial
         self._key, self._worker = key, get_worker()
         self._server = SocketServer(self._serve, get_address_host(self._worker.address), f"peer-{name}")
         self._record = {"address": self._worker.address, "data": self._server.address, "device": device}
@@ -156,6 +159,37 @@ class PeerActor:
         await asyncio.get_running_loop().run_in_executor(None, self.peer.close)
         self._server.close()
         self._directory.withdraw(self.peer.stage, self._key)
+
+
+class Neighbours:
+    """A peer's connections to its stage's other peers' data planes (for the ring), by address,
+    opened at first use; a broken one is opened afresh next time (a new peer may listen there)."""
+
+    def __init__(self, name: str) -> None:
+        self._name, self._links = name, {}
+        self._lock = threading.Lock()
+
+    def dial(self, address: str) -> Neighbour:
+        with self._lock:
+            if address not in self._links or self._links[address].broken:
+                self._links[address] = Neighbour(address)
+            return self._links[address]
+
+
+class Neighbour:
+    """One neighbour's data plane: its requests carry host tensors (a GPU peer's chunks too)."""
+
+    def __init__(self, address: str) -> None:
+        self.broken = False
+        self._client = SocketClient(address, self._died)
+        self._address = address
+
+    def _died(self) -> Exception:
+        self.broken = True
+        return PeerDied(f"the peer at {self._address}")
+
+    def call(self, method: str, *args: Any) -> Future:
+        return self._client.call(method, *(_to_host(a) for a in args))
 
 
 def peer_actor(address: str, key: str) -> Actor:

@@ -55,6 +55,11 @@ class RemotePeer:
             self._actor = self._owner.result(START_TIMEOUT)
         return self._actor
 
+    @property
+    def contact(self) -> str:
+        """The peer's data plane ("host:port"), where its stage's other peers reach it."""
+        return self._data or self.actor.data_address().result(START_TIMEOUT)
+
     def call(self, method: str, *args: Any) -> Future:
         """Queue `method(*args)` on the remote peer; the future resolves to its result."""
         try:

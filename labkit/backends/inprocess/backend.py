@@ -15,6 +15,7 @@ from labkit.model.assembly import stage_module
 from labkit.runtime.coordinator import Coordinator
 from labkit.runtime.peer import StagePeer
 from labkit.runtime.ports import PeerHandle
+from labkit.runtime.shards import stage_state
 from labkit.runtime.trainer import Trainer
 
 
@@ -29,12 +30,11 @@ class ThreadPeers:
     def bind(self, coordinator: Coordinator) -> None:
         self.coordinator = coordinator
 
-    def start_peer(self, name: str, stage: int, state: dict[str, Any] | None, *, source: PeerHandle | None,
+    def start_peer(self, name: str, stage: int, state: dict[str, Any] | str | None, *, source: PeerHandle | None,
                    delay: float, running: bool) -> StagePeer:
         """A peer thread holding `state`, or the state it downloads from the live neighbour `source`."""
         cfg = self.coordinator.cfg  # with the layer split in force
-        if source is not None:
-            state = source.call("state").result()
+        state = source.call("state").result() if source is not None else stage_state(state)
         peer = StagePeer(name, stage, stage_module(cfg, stage, state["params"]), cfg)
         peer.load_state(state)
         peer.set_delay(delay)

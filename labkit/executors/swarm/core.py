@@ -7,8 +7,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from labkit import events
 from labkit.config import RunConfig, SyncConfig
 from labkit.runtime.coordinator import Coordinator
+from labkit.wire import get_codec
 
 
 class SwarmCore:
@@ -48,7 +50,7 @@ class SwarmCore:
 
     def committed(self) -> tuple[RunConfig, list[dict[str, Any]]]:
         """The config with the layer split and sync mode in force, and every stage's committed state."""
-        return self.c.cfg.replace(sync=self.c.schedule.cfg), list(self.c.snapshots)
+        return self.c.cfg.replace(sync=self.c.schedule.cfg), self.c.committed_states()
 
     def consistent(self) -> bool:
         """With DiLoCo, only at an outer-step boundary does every peer hold the global parameters."""
@@ -87,16 +89,36 @@ class SwarmCore:
         return self.c.members.rebalance()
 
     def set_layer_split(self, split: tuple[int, ...]) -> None:
-        self.c.set_layer_split(split)
+        """Re-cut the model into `split` blocks per stage at the next step boundary."""
+        c = self.c
+        cfg = c.cfg.replace(layer_split=tuple(split))  # validates: ConfigError names the field
+        with c.lock:
+            c.live_or_raise("set_layer_split")
+            diloco = c.schedule.cfg.mode != "allreduce" or c.schedule.pending is not None
+            if diloco or cfg.delayed_updates or cfg.model.share_layers:
+                raise ValueError("set_layer_split is not allowed with DiLoCo (in force or requested), delayed updates "
+                                 "or shared layers: it needs one optimizer state per parameter, identical on every peer")
+            c.new_split = cfg.layer_split
+            c.emit(events.setting(c.clock(), name="layer_split", value=list(cfg.layer_split)))
 
     def set_peer_delay(self, name: str, seconds: float) -> None:
-        self.c.set_peer_delay(name, seconds)
+        self.c.members.live_peer(name, "set_peer_delay").set_delay(seconds)
 
     def peer_state(self, name: str) -> dict[str, Any]:
-        return self.c.peer_state(name)
+        return self.c.members.live_peer(name, "peer_state").call("state").result()
 
     def set_compression(self, codec: str) -> None:
-        self.c.set_compression(codec)
+        """Use `codec` for every hop from now on (a microbatch in flight may mix codecs; each
+        tensor carries the name of the codec that encoded it)."""
+        get_codec(codec)
+        with self.c.lock:
+            self.c.live_or_raise("set_compression")
+            self.c.codec = codec
+            self.c.emit(events.setting(self.c.clock(), name="codec", value=codec))
 
     def set_sync(self, sync: SyncConfig) -> None:
-        self.c.set_sync(sync)
+        """Switch between all-reduce and DiLoCo at the next boundary where the current mode can stop."""
+        with self.c.lock:
+            self.c.live_or_raise("set_sync")
+            self.c.schedule.request(sync)
+            self.c.emit(events.setting(self.c.clock(), name="sync", value=sync.mode))

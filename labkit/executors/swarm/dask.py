@@ -20,6 +20,7 @@ from labkit.executors.swarm.dask_peers import DaskPeers
 from labkit.runtime.coordinator import Coordinator
 from labkit.runtime.peer import PeerDied
 from labkit.runtime.run import Run
+from labkit.runtime.shards import checkpoint_folder
 
 
 def _warm_up() -> None:
@@ -35,14 +36,15 @@ def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | P
     def build(cfg: RunConfig, corpus: Corpus, states: Sequence[Mapping[str, Any]], step: int,
               emit: Callable[[events.Event], None], clock: Callable[[], float]) -> SwarmCore:
         fleet = ActorFleet(cfg, scheduler, host, PeerDied)
-        releases: list[Callable[[], Any]] = [fleet.close]
+        folder, remove = checkpoint_folder(run_dir)
+        releases: list[Callable[[], Any]] = [fleet.close, remove]
         try:
             emit(events.setting(clock(), name="cluster", value={"run_id": fleet.run_id, "dashboard": fleet.dashboard}))
             fleet.client.run(_warm_up)  # every worker imports torch and labkit now, in parallel
             server = WorkServer(fleet.here, cfg.trainers)
             releases.insert(0, server.close)
             peers = DaskPeers(cfg, fleet, coordinator=server.address, t0_wall=time.time() - clock())
-            coordinator = Coordinator(cfg, emit, peers, [dict(s) for s in states], step=step)
+            coordinator = Coordinator(cfg, emit, peers, [dict(s) for s in states], step=step, checkpoints=folder)
             server.serve(coordinator)
         except BaseException:
             for release in releases:

@@ -95,7 +95,7 @@ class DaskPeers:
         """One trainer per free worker (CPU workers first); with too few, they share them."""
         return [RemoteTrainer(self, f"t{i}", worker) for i, worker in enumerate(self.fleet.trainer_workers(count))]
 
-    def start_peer(self, name: str, stage: int, state: dict[str, Any] | None, *, source: PeerHandle | None,
+    def start_peer(self, name: str, stage: int, state: dict[str, Any] | str | None, *, source: PeerHandle | None,
                    delay: float, running: bool) -> RemotePeer:
         """Start peer `name` as an actor: on the worker it had (a rebuild), else on a free worker,
         away from the machines of its stage's peers. It downloads its state from `source` (a live

@@ -1,0 +1,124 @@
+"""The step boundary's requests to peers: sent to all at once, answered within the peer timeout
+or the peer is to be evicted, with where the time went and the tensor bytes that crossed the
+coordinator (`BoundaryTimes`, reported with the step event)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, as_completed
+from typing import Any, Protocol
+
+import torch
+
+from labkit.runtime.ports import PeerHandle
+from labkit.runtime.request_queue import timing
+
+
+class Evictions(Protocol):
+    """Where `Calls` records a peer that failed a request (the boundary's `Commit`)."""
+
+    evict: dict[str, str]
+
+
+class BoundaryTimes:
+    """Where one boundary's time goes: wall seconds the boundary waited on each request sent to
+    the peers (named by its method), per request the slowest peer's queue + compute (the rest is
+    transport), and the bytes of tensors in the requests and answers (what crossed the
+    coordinator). Reported with the step event as its "boundary"."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+        self.peer_seconds: dict[str, float] = {}
+        self.tensor_bytes = 0
+
+    def add(self, name: str, start: float, futures: Sequence[Future] = ()) -> None:
+        """Count the seconds since `start` under `name`, and the slowest of `futures`' peers."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+        served = [t["queue"] + t["compute"] for t in map(timing, futures) if t]  # a failed request has none
+        if served:
+            self.peer_seconds[name] = self.peer_seconds.get(name, 0.0) + max(served)
+
+    def report(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "peer_seconds": self.peer_seconds, "tensor_bytes": self.tensor_bytes,
+                "total": time.perf_counter() - self.start}
+
+
+def tensor_bytes(value: Any) -> int:
+    """Bytes of the tensors in `value` (a request's arguments or an answer, however nested)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v) for v in value)
+    if hasattr(value, "__dataclass_fields__"):
+        return sum(tensor_bytes(getattr(value, name)) for name in value.__dataclass_fields__)
+    return 0
+
+
+class Sent:
+    """Requests of one method sent to peers, not yet answered: (peer, future) pairs."""
+
+    def __init__(self, method: str, futures: list[tuple[PeerHandle, Future]], start: float) -> None:
+        self.method, self.futures, self.start = method, futures, start
+
+
+class Calls:
+    """The boundary's requests to peers: sent all at once, each answered within `timeout`
+    seconds or its peer is to be evicted (`commit.evict`); their seconds and tensor bytes go in
+    `times`."""
+
+    def __init__(self, commit: Evictions, timeout: float) -> None:
+        self.commit, self.timeout, self.times = commit, timeout, BoundaryTimes()
+
+    def send(self, method: str, calls: list[tuple[PeerHandle, tuple]]) -> Sent:
+        """Call `method` on each peer with its arguments, all at once, without waiting."""
+        start = time.perf_counter()
+        self.times.tensor_bytes += tensor_bytes([args for _, args in calls])
+        return Sent(method, [(p, p.call(method, *args)) for p, args in calls], start)
+
+    def collect(self, sent: Sent, watch: Callable[[Any], str | None] | None = None,
+                abort: Callable[[str], None] | None = None) -> list[Any]:
+        """The answers of `sent`, None in place of a peer that failed or timed out. The first
+        failure, or answer `watch` objects to, calls `abort` (the others need not wait for it)."""
+        futures = [f for _, f in sent.futures]
+        troubled = abort is None
+        try:
+            for f in as_completed(futures, timeout=self.timeout):
+                if not troubled and (why := _failed(f, watch)):
+                    abort(why)
+                    troubled = True
+        except TimeoutError:
+            if not troubled:
+                abort(f"a peer did not answer {sent.method} within {self.timeout:g} s")
+        results = []
+        for p, f in sent.futures:
+            try:
+                results.append(f.result(timeout=0))
+            except Exception as exc:
+                self.commit.evict.setdefault(p.name, f"{sent.method} failed at the step boundary: "
+                                                     f"{type(exc).__name__}: {exc}")
+                results.append(None)
+        self.times.tensor_bytes += tensor_bytes(results)
+        self.times.add(sent.method, sent.start, futures)
+        return results
+
+    def gather(self, method: str, calls: list[tuple[PeerHandle, tuple]]) -> list[Any]:
+        """Call `method` on each peer and wait for every answer (see `collect`)."""
+        return self.collect(self.send(method, calls))
+
+    def alive(self, peers: list[PeerHandle]) -> list[PeerHandle]:
+        """`peers` less those that failed a request of this boundary."""
+        return [p for p in peers if p.name not in self.commit.evict]
+
+
+def _failed(future: Future, watch: Callable[[Any], str | None] | None) -> str | None:
+    """Why the done `future` is trouble: its error, or what `watch` says of its answer."""
+    exc = future.exception()
+    if exc is not None:
+        return f"{type(exc).__name__}: {exc}"
+    return None if watch is None else watch(future.result())
+
+

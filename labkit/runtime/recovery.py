@@ -1,0 +1,91 @@
+"""What the committed state of a SWARM run is when no process keeps a copy of it, and how the run
+goes back to its last checkpoint.
+
+The peers hold the committed state (every peer of a stage the same, after each step), and the
+peers' checkpoints (labkit/runtime/shards.py) hold it every `checkpoint_every` steps. When a stage
+loses every peer, or a step is taken by some stages and not others, the run rolls back: the
+ledger, the sync schedule and every live peer's state go back to the last checkpoint, and the run
+goes on exactly as it went on from there the first time (sampling is counted by step).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from labkit import events
+from labkit.config import RunConfig
+from labkit.runtime.ports import PeerHandle
+from labkit.runtime.shards import Checkpoints, stage_state
+from labkit.swarm.ledger import StepLedger, Task
+from labkit.swarm.sync import SyncSchedule
+
+
+class Members(Protocol):
+    """What recovery needs of the run's membership."""
+
+    def live(self, stage: int) -> list[PeerHandle]: ...
+
+    def settle(self, evict: dict[str, str], drop: dict[str, str]) -> None: ...
+
+
+class Recoverable(Protocol):
+    """What recovery needs of the coordinator."""
+
+    cfg: RunConfig
+    ledger: StepLedger
+    schedule: SyncSchedule
+    checkpoints: Checkpoints
+    members: Members
+    held: dict[str, Task]
+    suspects: set[str]
+    version: int
+    final: list[dict[str, Any]] | None
+    cond: threading.Condition
+    clock: Callable[[], float]
+
+    def emit(self, event: events.Event) -> None: ...
+
+
+def committed_states(c: Recoverable) -> list[dict[str, Any]]:
+    """Every stage's committed state (lock held), from its first live peer that answers; a
+    stage without one has the last checkpoint's (the run went back to it when the stage emptied).
+    Once the run stopped, the states its peers held then."""
+    if c.final is not None:
+        return c.final
+    states = []
+    for stage in range(c.cfg.stages):
+        for peer in c.members.live(stage):
+            try:
+                states.append(peer.call("state").result(c.cfg.peer_timeout))
+                break
+            except Exception:  # it died meanwhile: ask the next one
+                continue
+        else:
+            states.append(stage_state(c.checkpoints.latest.shard(stage)))
+    return states
+
+
+def rollback(c: Recoverable, why: str) -> None:
+    """Take the whole run back to its last checkpoint (lock held): the ledger, the sync schedule
+    and every live peer's state (read from its stage's shard), as if the steps since had not
+    been taken; the work in flight is abandoned."""
+    kept, was = c.checkpoints.latest, c.ledger.step
+    c.ledger.rewind(kept.step)
+    c.held.clear()  # the microbatches in flight belong to abandoned steps
+    c.suspects.clear()
+    c.schedule, c.version = copy.copy(kept.schedule), c.version + 1
+    c.checkpoints.rewound(kept.step)
+    peers = [p for stage in range(c.cfg.stages) for p in c.members.live(stage)]
+    restoring = [(p, p.call("restore", kept.shard(p.stage))) for p in peers]
+    failed = {}
+    for p, future in restoring:
+        try:
+            future.result(c.cfg.peer_timeout)
+        except Exception as exc:
+            failed[p.name] = f"restoring the checkpoint of step {kept.step} failed: {type(exc).__name__}: {exc}"
+    c.emit(events.setting(c.clock(), name="rollback", value={"from": was, "to": kept.step, "reason": why}))
+    c.members.settle(failed, {})
+    c.cond.notify_all()
