@@ -163,7 +163,7 @@ def main() -> None:
     large = len(sizes) - 1
     keys = [f"n{n}_{labels[s]}_{m}_ms={medians[n, m, s]:.1f}"
             for n in peer_counts for s in (0, large) for m in METHODS]
-    keys += [f"reform_n{n}_{m}_ms={row['total']:.1f}" for (n, m), row in reform.items()]
+    keys += [f"reform_n{n}_{m}_ms={cell['total']:.1f}" for (n, m), cell in reform.items()]
     print(f"allreduce {' '.join(keys)} winner_small={winner(0)} winner_large={winner(large)}")
 
 

@@ -17,11 +17,15 @@ waiting inside it, the driver SIGKILLs the victim. The clock starts at the kill:
 - first reduce: the survivors' all-reduce of the nano stage in the new ring / group, checked
   against the exact sum of their gradients;
 - total: kill to the end of that reduce.
+
+Reported per (n, method): each phase's median over the trials, the largest total, and the
+distinct errors the survivors' pending reduces failed with.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import statistics
 import time
@@ -34,6 +38,7 @@ from benchmarks.allreduce_peer import Shapes, peers, wait
 VICTIM = 1
 SETTLE_S = 0.2  # time the survivors get to enter the reduce before the kill
 PHASES = ("detect", "survivors_out", "reform", "first_reduce", "total")
+Cell = dict[str, float | str]  # a phase's median ms, "max_total" ms, "errors": how the survivors' reduces failed
 
 
 def _stamp(futures: Sequence[Future]) -> list[float]:
@@ -44,8 +49,16 @@ def _stamp(futures: Sequence[Future]) -> list[float]:
     return stamps
 
 
-def trial(method: str, n: int, sizes: Sequence[Shapes], store_port: int, trial_no: int) -> dict[str, float]:
-    """One kill of peer VICTIM among n and the survivors' re-form; ms per phase (PHASES)."""
+def _why(failed: Future) -> str:
+    """The first line of a failed reduce's error, without source paths and port numbers."""
+    text = str(failed.exception()).splitlines()[0]
+    return re.sub(r"\[/\S+\] |:\d{2,}", "", text).split(". ")[0][:100]
+
+
+def trial(method: str, n: int, sizes: Sequence[Shapes], store_port: int,
+          trial_no: int) -> tuple[dict[str, float], set[str]]:
+    """One kill of peer VICTIM among n and the survivors' re-form: ms per phase (PHASES), and
+    how the survivors' pending reduces failed."""
     size, survivors = 0, [m for m in range(n) if m != VICTIM]
     with peers(n, sizes, store_port) as group:
         c = group.clients
@@ -78,31 +91,38 @@ def trial(method: str, n: int, sizes: Sequence[Shapes], store_port: int, trial_n
         assert all(wait([c[m].call("verify", size, 2, survivors) for m in survivors])), \
             f"{method} re-formed among {n - 1}: a wrong sum"
     ms = [1e3 * (t - killed) for t in (seen, max(failed), formed, done)]
-    return {"detect": ms[0], "survivors_out": ms[1], "reform": ms[2] - max(ms[:2]),
-            "first_reduce": ms[3] - ms[2], "total": ms[3]}
+    return ({"detect": ms[0], "survivors_out": ms[1], "reform": ms[2] - max(ms[:2]),
+             "first_reduce": ms[3] - ms[2], "total": ms[3]}, {_why(f) for f in old})
 
 
 def measure(peer_counts: Sequence[int], trials: int, sizes: Sequence[Shapes],
-            store_port: int) -> dict[tuple[int, str], dict[str, float]]:
-    """Median ms per phase for each (n, method), ring and gloo trials alternating."""
-    out = {}
+            store_port: int) -> dict[tuple[int, str], Cell]:
+    """Per (n, method), ring and gloo trials alternating: the median ms of each phase, the
+    largest total, and every distinct error the survivors' reduces failed with."""
+    out: dict[tuple[int, str], Cell] = {}
     for n in peer_counts:
-        runs: dict[str, list[dict[str, float]]] = {"ring": [], "gloo": []}
+        runs: dict[str, list[tuple[dict[str, float], set[str]]]] = {"ring": [], "gloo": []}
         for t in range(trials):
             for method in (("ring", "gloo") if t % 2 == 0 else ("gloo", "ring")):
                 runs[method].append(trial(method, n, sizes, store_port, t))
         for method, rows in runs.items():
-            out[n, method] = {p: statistics.median(r[p] for r in rows) for p in PHASES}
+            cell: Cell = {p: statistics.median(r[p] for r, _ in rows) for p in PHASES}
+            cell["max_total"] = max(r["total"] for r, _ in rows)
+            cell["errors"] = " | ".join(sorted(set().union(*(why for _, why in rows))))
+            out[n, method] = cell
     return out
 
 
-def table(medians: dict[tuple[int, str], dict[str, float]], trials: int) -> list[str]:
-    """The re-form table's markdown lines."""
-    if not medians:
+def table(cells: dict[tuple[int, str], Cell], trials: int) -> list[str]:
+    """The re-form table's markdown lines, then the survivors' errors per cell."""
+    if not cells:
         return []
+    columns = (*PHASES, "max_total")
     lines = [f"Re-form after a SIGKILL (nano stage; medians of {trials} trials, ms from the kill):",
-             "| N -> survivors | method | " + " | ".join(PHASES) + " |",
-             "|---|---|" + "---|" * len(PHASES)]
-    for (n, method), row in medians.items():
-        lines.append(f"| {n} -> {n - 1} | {method} | " + " | ".join(f"{row[p]:.1f}" for p in PHASES) + " |")
+             "| N -> survivors | method | " + " | ".join(columns) + " |",
+             "|---|---|" + "---|" * len(columns)]
+    for (n, method), cell in cells.items():
+        lines.append(f"| {n} -> {n - 1} | {method} | " + " | ".join(f"{cell[c]:.1f}" for c in columns) + " |")
+    lines += [f"{n} -> {n - 1}, {method}: the survivors' reduces failed with: {cell['errors']}"
+              for (n, method), cell in cells.items()]
     return lines
