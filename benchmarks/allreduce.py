@@ -1,15 +1,16 @@
-"""Summing a stage's gradients across N peer processes: star (the step boundary today) vs labkit's
-ring vs torch.distributed's gloo, and the cost of re-forming the ring or the gloo group after a
-peer is killed (issue 25's choice of collective).
+"""Summing a stage's gradients across N peer processes: star (the step boundary before issue 25)
+vs labkit's ring vs torch.distributed's gloo, and the cost of re-forming the ring or the gloo group
+after a peer is killed (issue 25's choice of collective).
 
 Each peer is its own process (1 torch thread) hosting a `SocketServer` (labkit's TCP data plane)
 on 127.0.0.1 (benchmarks/allreduce_peer.py), and holds a list of float32 gradient tensors: the
 shapes of the nano model's stage 0 (RunConfig(stages=2), about 0.48 MB), then 8 equal tensors of
 each --sizes total (MB = 10**6 bytes). A round replaces every peer's gradients by their sum.
 
-star: what the step boundary does today. The driver, as coordinator, asks every peer for its
-gradients (one request per peer, all sent at once), sums them in rank order (`sum_over_peers`),
-and sends the sum to every peer, which copies it into its gradients (a second request each).
+star: what the step boundary did before issue 25. The driver, as coordinator, asks every peer
+for its gradients (one request per peer, all sent at once), sums them in rank order
+(`sum_over_peers`), and sends the sum to every peer, which copies it into its gradients (a second
+request each).
 ring: on the driver's request each peer flattens its gradients into one tensor and runs
 `labkit.runtime.ring.ring_allreduce` with its neighbours: each chunk goes to the right
 neighbour's server (`post`, over a link opened before timing), which puts it in its `Mailbox` at
@@ -125,7 +126,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="8,32",
                         help="MB of float32 per peer besides the nano stage, comma-separated")
     parser.add_argument("--peers", default="2,4,8", help="peer counts, comma-separated")
-    parser.add_argument("--reform-peers", default="4,8", help="peer counts of the re-form trials ('' for none)")
+    parser.add_argument("--reform-peers", default="4,8",
+                        help="peer counts of the re-form trials ('' for none)")
     parser.add_argument("--reform-trials", type=int, default=7, help="kills per method and peer count")
     args = parser.parse_args()
     torch.set_num_threads(1)  # the driver is the star's coordinator: one thread, as a peer

@@ -181,7 +181,8 @@ class Peers:
 
     def join(self, port: int, prefix: str, members: Sequence[int]) -> list[Future]:
         """Ask the peers `members` to form a gloo group under `prefix`; their futures."""
-        return [self.clients[m].call("join", port, prefix, i, len(members)) for i, m in enumerate(members)]
+        return [self.clients[m].call("join", port, prefix, i, len(members))
+                for i, m in enumerate(members)]
 
 
 @contextmanager

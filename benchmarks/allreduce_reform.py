@@ -38,7 +38,8 @@ from benchmarks.allreduce_peer import Shapes, peers, wait
 VICTIM = 1
 SETTLE_S = 0.2  # time the survivors get to enter the reduce before the kill
 PHASES = ("detect", "survivors_out", "reform", "first_reduce", "total")
-Cell = dict[str, float | str]  # a phase's median ms, "max_total" ms, "errors": how the survivors' reduces failed
+# Per (n, method): each phase's median ms, "max_total" ms, "errors": how the survivors' reduces failed
+Cell = dict[str, float | str]
 
 
 def _stamp(futures: Sequence[Future]) -> list[float]:
@@ -87,7 +88,8 @@ def trial(method: str, n: int, sizes: Sequence[Shapes], store_port: int,
         formed = time.perf_counter()
         wait(reduce(survivors, 2))
         done = time.perf_counter()
-        assert all(f.exception() is not None for f in old), f"{method}: a reduce with a dead peer succeeded"
+        assert all(f.exception() is not None for f in old), \
+            f"{method}: a reduce with a dead peer succeeded"
         assert all(wait([c[m].call("verify", size, 2, survivors) for m in survivors])), \
             f"{method} re-formed among {n - 1}: a wrong sum"
     ms = [1e3 * (t - killed) for t in (seen, max(failed), formed, done)]
@@ -122,7 +124,8 @@ def table(cells: dict[tuple[int, str], Cell], trials: int) -> list[str]:
              "| N -> survivors | method | " + " | ".join(columns) + " |",
              "|---|---|" + "---|" * len(columns)]
     for (n, method), cell in cells.items():
-        lines.append(f"| {n} -> {n - 1} | {method} | " + " | ".join(f"{cell[c]:.1f}" for c in columns) + " |")
+        values = " | ".join(f"{cell[c]:.1f}" for c in columns)
+        lines.append(f"| {n} -> {n - 1} | {method} | {values} |")
     lines += [f"{n} -> {n - 1}, {method}: the survivors' reduces failed with: {cell['errors']}"
               for (n, method), cell in cells.items()]
     return lines
