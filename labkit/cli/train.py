@@ -74,6 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds between Algorithm 2 rebalancing rounds (0: off)")
     p.add_argument("--delayed-updates", action="store_true", help="delayed parameter updates (one step stale)")
     p.add_argument("--eval-every", type=int, default=defaults.eval_every, help="steps between validation losses")
+    p.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every,
+                   help="steps between the peers' checkpoints, what a stage losing every peer rolls back to (0: start and stop only)")
     p.add_argument("--activation-checkpointing", action="store_true", help="peers recompute activations in backward")
     p.add_argument("--seed", type=int, default=defaults.seed, help="seed of parameters and data order")
     add_executor_flags(p)
@@ -104,7 +106,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         data=DataConfig(path=args.data), stages=args.stages, peers=args.peers, layer_split=args.layer_split,
         trainers=args.trainers, inflight=args.inflight, global_batch=args.global_batch, microbatch=args.microbatch, steps=args.steps,
         optimizer=args.optimizer, lr=args.lr, warmup_steps=args.warmup_steps, eval_every=args.eval_every,
-        activation_checkpointing=args.activation_checkpointing, delayed_updates=args.delayed_updates,
+        checkpoint_every=args.checkpoint_every, activation_checkpointing=args.activation_checkpointing, delayed_updates=args.delayed_updates,
         seed=args.seed, threads=args.threads, rebalance_period=args.rebalance_period,
         sync=SyncConfig(mode=args.sync, inner_steps=args.inner_steps, outer_lr=args.outer_lr,
                         outer_momentum=args.outer_momentum, inner_state=args.inner_state),

@@ -20,7 +20,9 @@ reduce among themselves (labkit/runtime/stage_step.py, over labkit/runtime/ring.
    the prepare: one round trip (`Books.one_trip`). DiLoCo's outer step then averages each stage's
    pseudo-gradients over its ring, retried with the survivors if a peer dies in it;
 4. commit  — the events, the layer split, and whether the step diverged (a loss or new parameters
-   not finite: then nothing of it is recorded, and the run stops).
+   not finite: then nothing of it is recorded, and the run stops). A loss or summed gradient not
+   finite is caught before any peer steps; parameters that a step left not finite can only be
+   undone by going back to the last checkpoint.
 
 A peer that fails while the step is applied is evicted (by the commit) and the survivors go on.
 The step event says where the boundary's time went (`BoundaryTimes`): each request's wall seconds,
@@ -100,8 +102,14 @@ def step_boundary(books: Books) -> Commit:
                            local, one_trip, cfg.peer_timeout),))
              for stage, stage_peers in enumerate(books.peers) for rank, p in enumerate(stage_peers)]
     everyone = [p for p, _ in plans]
-    answers = dict(zip([p.name for p in everyone],
-                       io.collect(io.send("prepare", plans), watch=_trouble, abort=lambda why: _abort(everyone, tag, why))))
+    answers = dict(zip([p.name for p in everyone],  # a ring waits a peer timeout per chunk: wait for it to tell
+                       io.collect(io.send("prepare", plans), watch=_trouble, abort=lambda why: _abort(everyone, tag, why),
+                                  timeout=2 * cfg.peer_timeout)))
+    for stage_peers in books.peers:  # a peer that sent its neighbour nothing within the peer timeout
+        for p in stage_peers:
+            if (late := (answers[p.name] or {}).get("late")) is not None:
+                commit.evict.setdefault(stage_peers[late].name, f"sent {p.name} no ring chunk within "
+                                                                f"{cfg.peer_timeout:g} s at the step boundary")
     verdicts = reconcile({name: owed for stage in books.credited for name, owed in stage.items()},
                          {name: None if a is None else a["held"] for name, a in answers.items()})
     broken = {name: v.why for name, v in verdicts.items() if v.action == "broken"}
@@ -121,6 +129,12 @@ def step_boundary(books: Books) -> Commit:
     commit.keep = [[p.name for p in stage_peers] for stage_peers in books.peers]
     if not math.isfinite(books.loss):
         commit.diverged = f"the training loss of step {books.step + 1} is {books.loss}"
+    elif bad := [name for name, a in answers.items() if a["sum_finite"] is False]:
+        commit.diverged = (f"step {books.step + 1}'s gradient is not finite at {bad} "
+                           f"(its training loss was {books.loss:.4g})")
+    if commit.diverged is not None:
+        if stepped:  # a one-trip step other stages took
+            commit.rollback = commit.diverged
         return commit
     # 3. apply: every peer steps on its stage's sum
     if one_trip:
@@ -151,14 +165,23 @@ def step_boundary(books: Books) -> Commit:
     return commit
 
 
-def _ring(peers: list[PeerHandle]) -> tuple[Any, ...]:
-    """How each peer of a stage reaches the others, in ring order (one peer reaches nobody)."""
-    return tuple(p.contact for p in peers) if len(peers) > 1 else (None,)
+def _ring(peers: list[PeerHandle]) -> tuple[tuple[str, Any], ...]:
+    """Each peer of a stage and how the others reach it, in ring order (one peer reaches nobody;
+    None for a peer that cannot be reached: the ring breaks there, and the peer fails its prepare)."""
+    return tuple((p.name, _contact(p)) for p in peers) if len(peers) > 1 else ((peers[0].name, None),)
+
+
+def _contact(peer: PeerHandle) -> Any:
+    try:
+        return peer.contact
+    except Exception:  # its process is gone: its own requests fail too
+        return None
 
 
 def _trouble(answer: dict[str, Any]) -> str | None:
-    """Why a prepare answer must end the boundary's other rings (its ring broke), if it must."""
-    return answer.get("ring")
+    """Why a prepare answer must end the boundary's other rings (its ring broke, or its peer's
+    attempts differ from its credits: it stays out of its ring), if it must."""
+    return answer.get("ring") or ("a peer's attempts differ from its credits" if answer.get("mismatch") else None)
 
 
 def _abort(peers: list[PeerHandle], tag: int, why: str) -> None:

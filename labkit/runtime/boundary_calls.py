@@ -80,19 +80,21 @@ class Calls:
         return Sent(method, [(p, p.call(method, *args)) for p, args in calls], start)
 
     def collect(self, sent: Sent, watch: Callable[[Any], str | None] | None = None,
-                abort: Callable[[str], None] | None = None) -> list[Any]:
-        """The answers of `sent`, None in place of a peer that failed or timed out. The first
-        failure, or answer `watch` objects to, calls `abort` (the others need not wait for it)."""
+                abort: Callable[[str], None] | None = None, timeout: float | None = None) -> list[Any]:
+        """The answers of `sent` within `timeout` seconds (default: the peer timeout), None in place
+        of a peer that failed or timed out. The first failure, or answer `watch` objects to, calls
+        `abort` (the others need not wait for it)."""
         futures = [f for _, f in sent.futures]
         troubled = abort is None
+        timeout = self.timeout if timeout is None else timeout
         try:
-            for f in as_completed(futures, timeout=self.timeout):
+            for f in as_completed(futures, timeout=timeout):
                 if not troubled and (why := _failed(f, watch)):
                     abort(why)
                     troubled = True
         except TimeoutError:
             if not troubled:
-                abort(f"a peer did not answer {sent.method} within {self.timeout:g} s")
+                abort(f"a peer did not answer {sent.method} within {timeout:g} s")
         results = []
         for p, f in sent.futures:
             try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,13 @@ from labkit.runtime.files import write_atomic
 
 FORMAT = "labkit-checkpoint-1"
 SAFE_GLOBALS = [SyncConfig]  # a DiLoCo stage's state records its SyncConfig
+_LOADING = threading.Lock()  # torch's safe-globals list is process-wide: one loader at a time edits it
+
+
+def load_tensors(path: str | Path) -> Any:
+    """`torch.load` of tensors and plain data only (and `SAFE_GLOBALS`), on the CPU."""
+    with _LOADING, torch.serialization.safe_globals(SAFE_GLOBALS):
+        return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def save_checkpoint(path: str | Path, cfg: RunConfig, step: int, stages: list[dict[str, Any]]) -> Path:
@@ -44,8 +52,7 @@ def _read(path: Path) -> dict[str, Any]:
         raise ValueError(f"checkpoint {str(path)!r} is not a regular file (a FIFO, a device, ...): give a "
                          "checkpoint.pt file")
     try:
-        with torch.serialization.safe_globals(SAFE_GLOBALS):
-            data = torch.load(path, map_location="cpu", weights_only=True)
+        data = load_tensors(path)
     except Exception as exc:  # noqa: BLE001 - torch.load raises many kinds of error on a bad file
         code = re.search(r"GLOBAL (\S+)", str(exc))
         if code:

@@ -22,7 +22,7 @@ from labkit.model.partition import stage_bounds
 from labkit.runtime.boundary import Books, Commit, step_boundary
 from labkit.runtime.membership import Membership
 from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
-from labkit.runtime.recovery import committed_states, rollback
+from labkit.runtime.recovery import committed_states, keep_final, rollback
 from labkit.runtime.shards import Checkpoints
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import SyncSchedule
@@ -60,6 +60,7 @@ class Coordinator:
         self.running = False  # start() was called: new peers must be ready before they join
         self.closed = False  # join() stopped the peers
         self.final: list[dict[str, Any]] | None = None  # every stage's state when the run stopped
+        self.final_step: int | None = None  # and the step it is of
         self.finished = threading.Event()  # the last step was committed
         self.stopped = threading.Event()  # no more steps will be taken
         self.last_loss: float | None = None
@@ -117,16 +118,16 @@ class Coordinator:
         for trainer in self.trainers:
             trainer.join(max(0.0, grace - time.monotonic()))
         late = any(trainer.alive() for trainer in self.trainers)
-        if not late and self.lock.acquire(timeout=max(0.0, grace - time.monotonic())):
-            try:
-                self.final = self.committed_states()  # the state at the stop, before its peers go
-            finally:
-                self.closed = True
+        held = self.lock.acquire(timeout=max(0.5, grace - time.monotonic()))  # a boundary stuck on a slow peer may hold it
+        try:
+            if held and self.paused and not late:  # a stage lost its state: the run is back at its last checkpoint
+                self.rollback(f"the run stopped while stages {sorted(self.paused)} had no peer")
+            keep_final(self, held and (not self.paused or not late), STOP_GRACE)
+        finally:
+            self.closed = True  # the directory is empty from now on: trainers stop retrying
+            if held:
                 self.lock.release()
-        else:  # a boundary waiting on a slow peer may hold the lock: a flag, and the peers from a copy
-            late, self.closed = True, True  # the directory is empty from now on: trainers stop retrying
-            self.ledger.rewind(self.checkpoints.latest.step)  # what is left of the run is its last checkpoint
-        self.members.stop_all(crash=late)
+        self.members.stop_all(crash=late or not held)
         for trainer in self.trainers:
             trainer.join(timeout)
         if self._boundary.is_alive():
@@ -148,7 +149,7 @@ class Coordinator:
 
     def finish(self, trainer: str, task: Task, credits: dict[int, str], loss: float | None) -> None:
         with self.cond:
-            if self.held.get(trainer) == task:
+            if self.held.get(trainer) == task and task.step == self.ledger.step:
                 del self.held[trainer]
                 self.ledger.finish(task, credits, loss)
             self.cond.notify_all()
@@ -179,8 +180,7 @@ class Coordinator:
 
     def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
         """A trainer gave up on peer `name` and banned it (a `banned` event). If the request may have
-        accumulated a gradient after all, no credit comes for it: the step boundary drops it, and
-        takes no one-trip step until then."""
+        accumulated a gradient after all, the boundary drops it (no one-trip step until then)."""
         with self.lock:
             peer = self.members.peers.get(name)
             if peer is None:
@@ -209,12 +209,15 @@ class Coordinator:
                 if self.paused or not self.ledger.ready():
                     self.cond.wait(timeout=0.5)
                     continue
+                commit = None
                 try:
-                    self.apply(step_boundary(self.books()))
+                    self.apply(commit := step_boundary(self.books()))
                 except Exception as exc:  # a broken invariant ends the run loudly
                     self.fail(exc)
                 self._record_state()
                 self.cond.notify_all()
+                if commit is not None and commit.retry is not None:  # a ring broke, no one to blame
+                    self.cond.wait(timeout=0.5)
 
     def books(self) -> Books:
         """What the boundary reads (lock held)."""
@@ -244,7 +247,8 @@ class Coordinator:
         if commit.retry is not None:
             self.emit(events.setting(self.clock(), name="boundary_retry", value=commit.retry))
         if commit.diverged is not None:
-            self.diverged = f"{commit.diverged}; the run went back to its checkpoint of step {self.ledger.step}"
+            kept = ("went back to its checkpoint of" if commit.rollback is not None else "keeps the state of")
+            self.diverged = f"{commit.diverged}; the run {kept} step {self.ledger.step}"
             self.emit(events.run(self.clock(), state="diverged", reason=self.diverged))
             self.stop()
         if not commit.taken:

@@ -1,4 +1,5 @@
-"""Emulated internet links between a trainer and the peers it calls, on either backend.
+"""Emulated internet links between a trainer and the peers it calls, and between the peers of a
+stage (their ring), on either backend.
 
 `RunConfig.links` names a `labkit simulate` scenario file; its regions and links are the network
 (labkit/sim/links.py reads it for the simulator too). Trainers sit in the scenario's
@@ -7,7 +8,8 @@ file order), and peers added mid-run where the simulator's joiners sit. Each (tr
 is one link with a token bucket per direction: a request leaves after half the round trip plus
 its bytes through the up bucket, and its reply arrives half a round trip plus its bytes through
 the down bucket after the peer answers. The trainer's hop events carry those seconds
-(`link_seconds`). Links are not shared between trainers, as in the simulator.
+(`link_seconds`). Links are not shared between trainers, as in the simulator. A peer's link to
+its ring neighbour is the scenario's link between their two regions.
 """
 
 from __future__ import annotations
@@ -137,25 +139,38 @@ class Link:
         return out
 
 
-class TrainerLinks:
-    """The links of trainer `trainer` to every peer, as `scenario` places them."""
+class Links:
+    """The links from `origin` (a region of `scenario`) to every peer, as `scenario` places them:
+    a trainer's (from the scenario's trainer region) or a peer's to its stage's other peers."""
 
-    def __init__(self, scenario: SimScenario, trainer: str) -> None:
-        self.scenario, self.trainer = scenario, trainer
-        self._regions = stage_regions(scenario)
+    def __init__(self, scenario: SimScenario, origin: str) -> None:
+        self.scenario, self.origin = scenario, origin
         self._links: dict[str, Link] = {}
         self._lock = threading.Lock()  # a trainer's lanes share its links
-
-    def region(self, peer: str) -> str:
-        """Where peer `peer` (named `s{stage}p{k}`) sits."""
-        m = _PEER_NAME.fullmatch(peer)
-        stage, k = (int(m[1]), int(m[2])) if m else (-1, -1)
-        regions = self._regions[stage] if 0 <= stage < len(self._regions) else ()
-        return regions[k] if k < len(regions) else join_group(self.scenario).region
 
     def link(self, peer: str) -> Link:
         """The link to `peer` (made on first use)."""
         with self._lock:
             if peer not in self._links:
-                self._links[peer] = Link(*region_link(self.scenario, self.scenario.trainer_region, self.region(peer)))
+                self._links[peer] = Link(*region_link(self.scenario, self.origin, peer_region(self.scenario, peer)))
             return self._links[peer]
+
+
+def peer_region(scenario: SimScenario, peer: str) -> str:
+    """Where peer `peer` (named `s{stage}p{k}`) sits: its stage's k-th initial peer's region, or
+    the joiners' region for a peer added mid-run."""
+    m = _PEER_NAME.fullmatch(peer)
+    stage, k = (int(m[1]), int(m[2])) if m else (-1, -1)
+    regions = stage_regions(scenario)
+    regions = regions[stage] if 0 <= stage < len(regions) else ()
+    return regions[k] if k < len(regions) else join_group(scenario).region
+
+
+class LinkedHandle:
+    """A peer reached over an emulated link (what a stage's ring sends its chunks through)."""
+
+    def __init__(self, link: Link, handle: Any) -> None:
+        self._link, self._handle = link, handle
+
+    def call(self, method: str, *args: Any) -> Future:
+        return self._link.call(self._handle, method, *args)

@@ -176,7 +176,8 @@ class Membership:
                 if c.version != version:  # a step (or a rollback) happened meanwhile: catch up from a neighbour
                     live = self.live(stage)
                     caught_up = (peer.call("copy_from", live[0].contact) if live else
-                                 peer.call("restore", c.checkpoints.latest.shard(stage)))
+                                 peer.call("restore", c.checkpoints.latest.shard(stage),
+                                             c.checkpoints.latest.schedule.cfg))
                     caught_up.result(c.cfg.peer_timeout)
             except Exception:
                 peer.kill()
@@ -185,22 +186,23 @@ class Membership:
             if stage in c.paused:
                 c.paused.discard(stage)
                 if not c.paused:
-                    c.emit(events.run(c.clock(), state="resumed", reason=f"{name} joined stage {stage}"))
+                    c.rollback(f"stage {stage} had lost every peer")
+                    c.emit(events.run(c.clock(), state="resumed", reason=f"{name} joined stage {stage}; the run went "
+                                                                         f"back to its checkpoint of step {c.ledger.step}"))
             c.cond.notify_all()
         c.factory.admit(peer)
         return name
 
     def stage_empty(self, stage: int) -> None:
         """`stage` has no live peer (the last one left, or a trainer found none): its committed
-        state is gone, so the run goes back to its last checkpoint and pauses until a peer is
-        added (`add_peer`), which starts from the checkpoint's shard."""
+        state is gone. The run pauses until a peer is added (`add_peer`), which starts from the
+        last checkpoint's shard; then the whole run goes back to that checkpoint and resumes."""
         with self.c.lock:
             if not self.live(stage) and stage not in self.c.paused and not self.c.closed:
                 self.c.paused.add(stage)
-                self.c.rollback(f"stage {stage} lost its last peer")
                 self.c.emit(events.run(self.c.clock(), state="paused",
-                                       reason=f"stage {stage} has no live peer: the run went back to its checkpoint of "
-                                              f"step {self.c.ledger.step}; add_peer({stage}) resumes it"))
+                                       reason=f"stage {stage} has no live peer; add_peer({stage}) resumes the run from "
+                                              f"its checkpoint of step {self.c.checkpoints.latest.step}"))
 
     def kill_peer(self, name: str) -> None:
         """Crash a peer: its queue, stashed activations and accumulated gradients are gone."""

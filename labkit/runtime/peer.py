@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from labkit.config import RunConfig, SyncConfig
 from labkit.model import Stage
 from labkit.runtime.diloco import OuterState
+from labkit.runtime.links import Links, load_links, peer_region
 from labkit.runtime.optim import apply_step, make_optimizer
 from labkit.runtime.request_queue import RequestQueue
 from labkit.runtime.ring import Mailbox
@@ -61,6 +62,8 @@ class StagePeer(StepTaking, RequestQueue):
         self._stash: dict[AttemptKey, tuple[torch.Tensor, torch.Tensor | None]] = {}
         self._killed = threading.Event()  # ends an artificial delay at once
         self.mailbox = Mailbox()  # ring chunks from the left neighbour
+        scenario = load_links(cfg)
+        self.links = None if scenario is None else Links(scenario, peer_region(scenario, name))
         self.dial: Callable[[Any], Any] = lambda contact: contact
         super().__init__(f"peer-{name}", lambda: PeerDied(name))
 

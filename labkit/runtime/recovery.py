@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, as_completed
 from typing import Any, Protocol
 
 from labkit import events
@@ -43,43 +44,50 @@ class Recoverable(Protocol):
     suspects: set[str]
     version: int
     final: list[dict[str, Any]] | None
+    final_step: int | None
     cond: threading.Condition
     clock: Callable[[], float]
 
     def emit(self, event: events.Event) -> None: ...
 
 
-def committed_states(c: Recoverable) -> list[dict[str, Any]]:
-    """Every stage's committed state (lock held), from its first live peer that answers; a
-    stage without one has the last checkpoint's (the run went back to it when the stage emptied).
-    Once the run stopped, the states its peers held then."""
+def committed_states(c: Recoverable, timeout: float | None = None) -> list[dict[str, Any]]:
+    """Every stage's committed state (lock held: no step is being applied), from its first live
+    peer, or if that one fails to answer within `timeout` (default: the peer timeout), from
+    whichever other answers first; a stage without one has the last checkpoint's (the run goes
+    back to it when a peer joins there). Once the run stopped, the states it stopped with."""
     if c.final is not None:
         return c.final
-    states = []
-    for stage in range(c.cfg.stages):
-        for peer in c.members.live(stage):
-            try:
-                states.append(peer.call("state").result(c.cfg.peer_timeout))
-                break
-            except Exception:  # it died meanwhile: ask the next one
-                continue
-        else:
-            states.append(stage_state(c.checkpoints.latest.shard(stage)))
-    return states
+    timeout = c.cfg.peer_timeout if timeout is None else timeout
+    peers = [c.members.live(stage) for stage in range(c.cfg.stages)]
+    asked = [[p.call("state") for p in live[:1]] for live in peers]
+    return [_first(first, timeout) or _first([p.call("state") for p in live[1:]], timeout)
+            or stage_state(c.checkpoints.settle().shard(stage)) for stage, (first, live) in enumerate(zip(asked, peers))]
+
+
+def _first(futures: list[Future], timeout: float) -> dict[str, Any] | None:
+    """The first answer of `futures` within `timeout` seconds (failures skipped), or None."""
+    try:
+        for future in as_completed(futures, timeout=timeout):
+            if future.exception() is None:
+                return future.result()
+    except TimeoutError:
+        pass
+    return None
 
 
 def rollback(c: Recoverable, why: str) -> None:
     """Take the whole run back to its last checkpoint (lock held): the ledger, the sync schedule
     and every live peer's state (read from its stage's shard), as if the steps since had not
     been taken; the work in flight is abandoned."""
-    kept, was = c.checkpoints.latest, c.ledger.step
+    kept, was = c.checkpoints.settle(), c.ledger.step
     c.ledger.rewind(kept.step)
     c.held.clear()  # the microbatches in flight belong to abandoned steps
     c.suspects.clear()
     c.schedule, c.version = copy.copy(kept.schedule), c.version + 1
     c.checkpoints.rewound(kept.step)
     peers = [p for stage in range(c.cfg.stages) for p in c.members.live(stage)]
-    restoring = [(p, p.call("restore", kept.shard(p.stage))) for p in peers]
+    restoring = [(p, p.call("restore", kept.shard(p.stage), kept.schedule.cfg)) for p in peers]
     failed = {}
     for p, future in restoring:
         try:
@@ -89,3 +97,15 @@ def rollback(c: Recoverable, why: str) -> None:
     c.emit(events.setting(c.clock(), name="rollback", value={"from": was, "to": kept.step, "reason": why}))
     c.members.settle(failed, {})
     c.cond.notify_all()
+
+
+def keep_final(c: Recoverable, readable: bool, timeout: float) -> None:
+    """Keep the state the run stops with (before its peers go): if the peers hold a consistent
+    one (`readable`: the lock held, no stage emptied since the last rollback), every stage's from
+    a peer that answers within `timeout`; else the last checkpoint, whole."""
+    states = committed_states(c, timeout) if readable else []
+    if len(states) == c.cfg.stages and all(states):
+        c.final, c.final_step = states, c.ledger.step
+    else:
+        kept = c.checkpoints.settle()
+        c.final, c.final_step = [stage_state(kept.shard(s)) for s in range(c.cfg.stages)], kept.step

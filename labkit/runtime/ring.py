@@ -26,6 +26,10 @@ class RingAborted(RuntimeError):
     """The ring could not complete: a neighbour died, a wait timed out, or it was aborted."""
 
 
+class RingTimeout(RingAborted):
+    """The left neighbour sent nothing within the timeout: it is the one to blame."""
+
+
 class Mailbox:
     """Chunks sent to one peer, by (tag, step): what its ring waits on. Posting never waits.
     Tags are increasing integers (one ring at a time per peer): a chunk or an abort for a ring
@@ -68,10 +72,10 @@ class Mailbox:
             while (tag, step) not in self._chunks:
                 why = self._closed or self._aborted.get(tag)
                 left = deadline - time.monotonic()
-                if why is None and left <= 0:
-                    why = f"no chunk from the left neighbour within {timeout:g} s"
                 if why is not None:
                     raise RingAborted(f"ring {tag}: {why}")
+                if left <= 0:
+                    raise RingTimeout(f"ring {tag}: no chunk from the left neighbour within {timeout:g} s")
                 self._cond.wait(left)
             return self._chunks.pop((tag, step))
 
@@ -94,7 +98,8 @@ def ring_allreduce(flat: torch.Tensor, rank: int, n: int, tag: int, send: Send, 
     sent: list[Future] = []
     try:
         for step in range(2 * (n - 1)):
-            sent.append(send(step, chunks[(rank - step) % n]))
+            sent.append(send(step, chunks[(rank - step) % n].clone()))  # the clone: `out` changes under it
+            sent[-1].add_done_callback(lambda done: _abort_if_failed(done, mailbox, tag))
             got = mailbox.take(tag, step, timeout).to(out.device)
             target = chunks[(rank - step - 1) % n]
             if step < n - 1:
@@ -110,3 +115,9 @@ def ring_allreduce(flat: torch.Tensor, rank: int, n: int, tag: int, send: Send, 
     finally:
         mailbox.finish(tag)
     return out
+
+
+def _abort_if_failed(sent: Future, mailbox: Mailbox, tag: int) -> None:
+    """A send failed (the right neighbour died): end this peer's own wait at once."""
+    if (exc := sent.exception()) is not None:
+        mailbox.abort(tag, f"the right neighbour failed: {type(exc).__name__}: {exc}")

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from labkit.config import RunConfig
-from labkit.runtime.checkpoint import SAFE_GLOBALS
+from labkit.runtime.checkpoint import load_tensors
 from labkit.runtime.files import write_atomic, write_json
 from labkit.runtime.ports import PeerHandle
 from labkit.swarm.sync import SyncSchedule
@@ -33,10 +33,8 @@ from labkit.swarm.sync import SyncSchedule
 
 def checkpoint_folder(run_dir: str | Path | None) -> tuple[Path, Callable[[], None]]:
     """Where a run's periodic checkpoints go (`checkpoints/` in its run directory, else a temporary
-    folder), and what removes the folder once the run is over (nothing, for a run directory's)."""
-    if run_dir is not None:
-        return Path(run_dir) / "checkpoints", lambda: None
-    folder = Path(tempfile.mkdtemp(prefix="labkit-checkpoints-"))
+    folder), and what removes the folder once the run is over (its record is then `checkpoint.pt`)."""
+    folder = Path(run_dir) / "checkpoints" if run_dir is not None else Path(tempfile.mkdtemp(prefix="labkit-ckpt-"))
     return folder, lambda: shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -49,8 +47,7 @@ def stage_state(state: dict[str, Any] | str | Path) -> dict[str, Any]:
     """A stage's state: `state` itself, or the shard file it names (tensors and plain data only)."""
     if isinstance(state, dict):
         return state
-    with torch.serialization.safe_globals(SAFE_GLOBALS):
-        return torch.load(state, map_location="cpu", weights_only=True)
+    return load_tensors(state)
 
 
 @dataclass(frozen=True)
@@ -75,6 +72,7 @@ class Checkpoints:
         self.latest: Kept | None = None
         self._lock = threading.Lock()
         self._since = 0  # the step of the last checkpoint started
+        self._writing: threading.Thread | None = None
 
     def write_now(self, step: int, cfg: RunConfig, schedule: SyncSchedule, states: list[dict[str, Any]]) -> None:
         """A checkpoint of `states`, written here (the start, and a re-cut layer split)."""
@@ -95,7 +93,14 @@ class Checkpoints:
         `step`; the checkpoint completes in the background once every shard is written."""
         kept = self._kept(step, cfg, schedule)
         futures = [p.call("save_shard", kept.shard(stage)) for stage, p in enumerate(writers)]
-        threading.Thread(target=self._wait, args=(kept, futures), name="labkit-checkpoint", daemon=True).start()
+        self._writing = threading.Thread(target=self._wait, args=(kept, futures), name="labkit-checkpoint", daemon=True)
+        self._writing.start()
+
+    def settle(self) -> Kept:
+        """The newest complete checkpoint, once the one being written (if any) completed or failed."""
+        if self._writing is not None:
+            self._writing.join()
+        return self.latest
 
     def _kept(self, step: int, cfg: RunConfig, schedule: SyncSchedule) -> Kept:
         self._since = step

@@ -11,12 +11,14 @@ then `outer_apply`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from labkit.runtime.ring import Mailbox, RingAborted, ring_allreduce
+from labkit.config import SyncConfig
+from labkit.runtime.links import LinkedHandle, Links
+from labkit.runtime.ring import Mailbox, RingAborted, RingTimeout, ring_allreduce
 from labkit.runtime.shards import save_shard, stage_state
 from labkit.swarm.ledger import AttemptKey
 
@@ -28,7 +30,7 @@ class StepPlan:
     tag: int  # the ring's tag (increasing over the run)
     step: int  # the step being taken (its number is step + 1)
     credited: dict[AttemptKey, int]  # the attempts the ledger credits this peer, with their samples
-    ring: tuple[Any, ...]  # the stage's peers' contacts, in ring order (this peer's at `rank`)
+    ring: tuple[tuple[str, Any], ...]  # the stage's peers (name, contact), in ring order (this one at `rank`)
     rank: int
     local: bool  # DiLoCo's inner step: no reduce, the peer steps on its own sum
     apply: bool  # step at once once the sum is reduced (no `commit_step` will come)
@@ -47,42 +49,55 @@ def unflatten(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor
 
 class StepTaking:
     """The boundary's and the checkpoints' requests, for `StagePeer` (which provides `accum`,
-    `attempts`, `params`, `optimizer_step`, `local_step`, `outer`, `state`, `load_state`, `dial`)."""
+    `attempts`, `params`, `optimizer_step`, `local_step`, `outer`, `state`, `load_state`, `ensure_diloco`, `dial`)."""
 
     mailbox: Mailbox
+    links: Links | None = None  # the emulated links to its stage's other peers (`RunConfig.links`), if any
     _prepared: tuple[int, bool, Any] | None = None  # (ring tag, DiLoCo inner step, the sum or (own sum, samples))
     _outer: tuple[int, list[torch.Tensor]] | None = None  # (ring tag, the stage's averaged pseudo-gradient)
 
     def prepare(self, plan: StepPlan) -> dict[str, Any]:
         """Check the held attempts against the plan's credits; if they match, reduce the sum over
-        the ring and keep it (or apply it, `plan.apply`). Answers {"held": attempts, "ring": why it
-        failed or None, "nbytes": the sum's bytes, "finite": whether the parameters are finite
-        after a step applied here (None if none)}."""
+        the ring and keep it (or apply it, `plan.apply`). Answers {"held": the attempts,
+        "mismatch": whether they differ from the credits (no ring then), "ring": why the ring failed
+        or None, "late": the rank of the left neighbour if it sent nothing in time, "nbytes": the
+        sum's bytes, "sum_finite": whether the reduced sum is finite (a step on one that is not is
+        never applied), "finite": whether the parameters are finite after a step applied here}."""
         held = dict(self.attempts)
-        answer: dict[str, Any] = {"held": held, "ring": None, "nbytes": 0, "finite": None}
+        answer: dict[str, Any] = {"held": held, "mismatch": False, "ring": None, "late": None, "nbytes": 0,
+                                  "sum_finite": None, "finite": None}
         self._prepared = None
-        if held != plan.credited:  # the coordinator reconciles (drop, or the run stops loudly)
-            return answer
+        if held != plan.credited:  # the coordinator reconciles (drop, or the run stops loudly), and ends the ring
+            return {**answer, "mismatch": True}
         if plan.local:
             self._prepared = plan.tag, True, (self.accum, sum(held.values()))
         else:
             try:
                 flat = self._ring(plan, flatten(self.accum))
             except RingAborted as exc:
-                return {**answer, "ring": str(exc)}
+                late = (plan.rank - 1) % len(plan.ring) if isinstance(exc, RingTimeout) else None
+                return {**answer, "ring": str(exc), "late": late}
             self._prepared = plan.tag, False, unflatten(flat, self.accum)
             answer["nbytes"] = flat.numel() * flat.element_size()
-        if plan.apply:
+        payload = self._prepared[2][0] if plan.local else self._prepared[2]
+        answer["sum_finite"] = all(bool(torch.isfinite(g).all()) for g in payload)
+        if plan.apply and answer["sum_finite"]:
             answer["finite"] = self.commit_step(plan.tag, plan.step)
         return answer
 
     def _ring(self, plan: StepPlan, flat: torch.Tensor) -> torch.Tensor:
-        right = self.dial(plan.ring[(plan.rank + 1) % len(plan.ring)])
+        if len(plan.ring) == 1:
+            return flat
+        name, contact = plan.ring[(plan.rank + 1) % len(plan.ring)]
+        if contact is None:
+            raise RingAborted(f"ring {plan.tag}: the right neighbour {name} cannot be reached")
+        right = self.dial(contact) if self.links is None else LinkedHandle(self.links.link(name), self.dial(contact))
         return ring_allreduce(flat, plan.rank, len(plan.ring), plan.tag,
                               lambda step, chunk: right.call("post", plan.tag, step, chunk), self.mailbox, plan.timeout)
 
     def commit_step(self, tag: int, step: int) -> bool:
-        """Apply the sum `prepare` kept for ring `tag`; whether the parameters are finite after."""
+        """Apply the sum `prepare` kept for ring `tag`; whether the parameters are finite after (with
+        delayed updates, those the next batch runs on: the step before's)."""
         kept, self._prepared = self._prepared, None
         if kept is None or kept[0] != tag:
             raise RuntimeError(f"{self.name}: no prepared step for ring {tag} (holds {kept and kept[0]})")
@@ -93,7 +108,7 @@ class StepTaking:
             self.local_step(*payload, step)
         return all(bool(torch.isfinite(p).all()) for p in self.params)
 
-    def outer_reduce(self, tag: int, ring: tuple[Any, ...], rank: int, timeout: float) -> dict[str, Any]:
+    def outer_reduce(self, tag: int, ring: tuple[tuple[str, Any], ...], rank: int, timeout: float) -> dict[str, Any]:
         """DiLoCo's outer step, first half: the stage's pseudo-gradients averaged over the ring,
         weighted by the samples each peer processed this round; kept for `outer_apply`."""
         delta, samples = self.outer.pseudo_gradient(self.params), self.outer.round_samples
@@ -102,12 +117,11 @@ class StepTaking:
         try:
             summed = self._ring(plan, torch.cat([flat * samples, flat.new_tensor([samples])]))
             if not summed[-1]:  # no peer processed a sample this round: equal weights (`sample_weights`)
-                summed = self._ring(plan.__class__(tag + 1, 0, {}, ring, rank, False, False, timeout),
-                                    torch.cat([flat, flat.new_tensor([1])]))
+                summed = self._ring(replace(plan, tag=tag + 1), torch.cat([flat, flat.new_tensor([1])]))
         except RingAborted as exc:
             return {"ring": str(exc), "nbytes": 0}
         self._outer = tag, unflatten(summed[:-1] / summed[-1], delta)
-        return {"ring": None, "nbytes": summed.numel() * summed.element_size()}
+        return {"ring": None, "nbytes": flat.numel() * flat.element_size()}
 
     def outer_apply(self, tag: int) -> None:
         """DiLoCo's outer step, second half: apply the average `outer_reduce` kept for ring `tag`."""
@@ -121,14 +135,17 @@ class StepTaking:
         """Write this stage's state to `path` (a periodic checkpoint's shard)."""
         save_shard(path, self.state())
 
-    def restore(self, state: dict[str, Any] | str) -> None:
-        """Go back to a checkpoint: this stage's state (or the shard file holding it); what the
-        peer held of later steps (gradients, activations, a prepared step) is dropped."""
+    def restore(self, state: dict[str, Any] | str, sync: SyncConfig) -> None:
+        """Go back to a checkpoint: this stage's state (or the shard file holding it), in the sync
+        mode the run was in then; what the peer held of later steps (gradients, activations, a
+        prepared step) is dropped."""
         self.clear_gradients()
         self.drop_stash()
         self._prepared = self._outer = None
-        self.outer = None  # the shard carries DiLoCo's outer state if the run was in DiLoCo then
+        self.outer = None  # a shard written in DiLoCo carries its outer state
         self.load_state(stage_state(state))
+        if sync.mode == "diloco":
+            self.ensure_diloco(sync)
 
     def copy_from(self, contact: Any) -> None:
         """Adopt the state of a live peer of this stage (a joiner whose start outlasted a step)."""

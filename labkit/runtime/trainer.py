@@ -18,7 +18,7 @@ from typing import Any
 from labkit import events
 from labkit.config import RunConfig
 from labkit.data import WindowSampler
-from labkit.runtime.links import TrainerLinks, load_links, payload_bytes
+from labkit.runtime.links import Links, load_links, payload_bytes
 from labkit.runtime.peer import PeerDied
 from labkit.runtime.ports import Directory, WorkSource
 from labkit.runtime.request_queue import timing
@@ -55,7 +55,7 @@ class Trainer:
         self.router = Router(gamma=cfg.gamma)
         self._routing = threading.Lock()  # the router and `_seen` are shared by the lanes
         scenario = load_links(cfg)
-        self.links = None if scenario is None else TrainerLinks(scenario, name)  # emulated internet links, if any
+        self.links = None if scenario is None else Links(scenario, scenario.trainer_region)  # emulated internet links, if any
         self._seen: dict[str, tuple[int, int]] = {}  # peer -> (stage, announce epoch) last synced
         self.lanes = [threading.Thread(target=self._loop, args=(lane,), name=f"trainer-{lane}", daemon=True)
                       for lane in lane_names(name, cfg.inflight)]

@@ -1,5 +1,6 @@
 """Closed-form traffic of a SWARM step: pipeline bytes (activations and their gradients) and
-data-parallel bytes (gradient all-reduce, or DiLoCo pseudo-gradients every H steps).
+data-parallel bytes (gradient all-reduce over each stage's ring, or DiLoCo pseudo-gradients every
+H steps).
 
 Counts exactly what the in-process runtime's hop and sync events count with the fp32 codec and no
 boundary layers, so a measured run checks the formula. Pure: no torch.
@@ -32,13 +33,14 @@ def pipeline_bytes_per_step(cfg: RunConfig) -> list[int]:
 
 
 def dp_bytes_per_step(cfg: RunConfig, model: ModelConfig | None = None) -> list[float]:
-    """Bytes per optimizer step at each stage: each peer sends its gradient (or pseudo-gradient)
-    and receives the average, every step (all-reduce) or every H steps (DiLoCo)."""
+    """Bytes per optimizer step at each stage: its peers reduce their gradients (or
+    pseudo-gradients) over a ring, where each of the p peers sends 2 (p - 1) / p of its tensors to
+    its neighbour, every step (all-reduce) or every H steps (DiLoCo)."""
     m = model or cfg.model
     every = cfg.sync.inner_steps if cfg.sync.mode == "diloco" else 1
     bounds, first = [], 0
     for count in cfg.layer_split:
         bounds.append((first, count))
         first += count
-    return [2 * m.stage_params(f, c) * FLOAT_BYTES[m.dtype] * p / every
+    return [2 * (p - 1) * m.stage_params(f, c) * FLOAT_BYTES[m.dtype] / every
             for (f, c), p in zip(bounds, cfg.peers_per_stage)]

@@ -14,6 +14,7 @@ from labkit.config import DataConfig, ModelConfig, RunConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.model.assembly import initial_states, stage_module
 from labkit.runtime.peer import StagePeer
+from labkit.runtime.stage_step import StepPlan
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU: torch.cuda.is_available() is False on this machine")
@@ -40,8 +41,7 @@ def test_cuda_peer_matches_the_cpu_peer() -> None:
     for device in ("cpu", "cuda"):
         peer = _peer(cfg, device)
         loss, _ = peer.call("loss", (0, 0, 1), inputs, targets, 1.0 / (4 * 32), True, 4, "fp32").result()
-        grads, held = peer.call("gradients").result()
-        results[device] = (loss, [g.cpu() for g in grads], held)
+        results[device] = (loss, [g.cpu() for g in peer.accum], dict(peer.attempts))  # its thread is idle now
         peer.close()
     (cpu_loss, cpu_grads, n), (gpu_loss, gpu_grads, m) = results["cpu"], results["cuda"]
     assert n == m == {(0, 0, 1): 4}  # the attempt its sum holds, with its samples
@@ -58,9 +58,11 @@ def test_bf16_peer_on_cuda_learns_a_batch() -> None:
     assert all(p.dtype == torch.bfloat16 and p.is_cuda for p in peer.params)
     losses = []
     for step in range(20):
-        loss, _ = peer.call("loss", (step, 0, step + 1), inputs, targets, 1.0 / (8 * 32), True, 8, "bf16").result()
-        grads, _ = peer.call("gradients").result()
-        peer.call("optimizer_step", [g.clone() for g in grads], step).result()
+        attempt = (step, 0, step + 1)
+        loss, _ = peer.call("loss", attempt, inputs, targets, 1.0 / (8 * 32), True, 8, "bf16").result()
+        plan = StepPlan(step + 1, step, {attempt: 8}, (None,), 0, local=False, apply=True, timeout=30.0)
+        answer = peer.call("prepare", plan).result()  # the step boundary's one round trip (one peer)
+        assert answer["held"] == {attempt: 8} and answer["finite"], answer
         losses.append(loss)
     peer.close()
     assert losses[-1] < losses[0] - 0.5, losses

@@ -40,7 +40,8 @@ def _pause(run: labkit.RunHandle, stage: int) -> None:
 
 
 def test_peer_dying_mid_round_leaves_survivors_identical(small_run: RunConfig) -> None:
-    cfg = small_run.replace(stages=2, peers=(3, 2), steps=12, sync=SyncConfig(mode="diloco", inner_steps=4))
+    cfg = small_run.replace(stages=2, peers=(3, 2), steps=12, sync=SyncConfig(mode="diloco", inner_steps=4),
+                            checkpoint_every=4)
     run = labkit.launch(cfg)
     run.wait_for(step=5)  # inside the second round
     run.kill_peer("s0p1")
@@ -54,7 +55,10 @@ def test_peer_dying_mid_round_leaves_survivors_identical(small_run: RunConfig) -
     summary = run.wait(180)
     assert summary["status"] == "finished", summary
     outer_syncs = [e for e in run.events.history("sync") if e["stage"] == 0]
-    assert [e["peers"] for e in outer_syncs] == [3, 2, 2] and all(e["kind"] == "diloco" for e in outer_syncs)
+    rollback, = [e["value"] for e in run.events.history("setting") if e["name"] == "rollback"]
+    assert rollback["from"] >= 8 and rollback["to"] in (4, 8)  # step 8's checkpoint, unless the pause interrupted it
+    redone = [2] * ((12 - rollback["to"]) // 4)  # the outer steps after the checkpoint, by the two survivors
+    assert [e["peers"] for e in outer_syncs] == [3, 2, *redone] and all(e["kind"] == "diloco" for e in outer_syncs)
     assert all(s["stage_samples"] == [cfg.global_batch] * 2 for s in run.events.history("step"))
 
 

@@ -35,7 +35,8 @@ def linked_run(small_run: RunConfig, links: str) -> RunConfig:
 
 
 def check_links(run: labkit.RunHandle) -> None:
-    """Every hop was delayed by exactly what its link models, and work shifted to the near peers."""
+    """Every hop was delayed by exactly what its link models, each stage's ring crossed its far
+    link, and work shifted to the near peers."""
     assert run.wait(300)["status"] == "finished"
     hops = run.events.history("hop")
     for h in hops:
@@ -45,6 +46,8 @@ def check_links(run: labkit.RunHandle) -> None:
         assert h["seconds"] >= h["link_seconds"]
     far = [h for h in hops if h["peer"].endswith("p1")]
     assert min(h["link_seconds"] for h in far) > 0.1  # 100 ms and ~130 KB at 5 Mb/s each way
+    for step in run.events.history("step"):  # each stage's ring crosses the far link: 2 chunks, 2 one-way trips at least
+        assert step["boundary"]["seconds"]["prepare"] >= 2 * FAR[0] / 2e3, step["boundary"]
     share = Counter(h["peer"] for h in hops if h["direction"] == "forward")
     for stage in (0, 1):  # the far peer's share of its stage, half of it on equal links
         assert share[f"s{stage}p1"] < 0.4 * (share[f"s{stage}p0"] + share[f"s{stage}p1"]), share

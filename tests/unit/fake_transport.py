@@ -1,35 +1,61 @@
-"""An in-memory transport for unit tests: peers that answer at once, on the caller's thread.
+"""An in-memory transport for unit tests: peers without a model, each serving on its own thread.
 
 `FakePeers` is a `PeerFactory` whose peers hold no model: a test plays the trainers itself
 (`FakePeer.accumulate` stands for the backward passes) and drives the coordinator's ledger and
-step boundary directly, with no thread and no torch model.
+step boundary directly. A `FakePeer` takes the boundary's requests with the real peer-side code
+(`StepTaking`: the attempt check, the ring among its stage's peers, the step kept until
+`commit_step`); its "step" only records what it was given.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from labkit.runtime.peer import PeerDied
+from labkit.runtime.peer import IMMEDIATE, PeerDied
+from labkit.runtime.ring import Mailbox
+from labkit.runtime.stage_step import StepTaking
 
 
-class FakePeer:
-    """A peer of `stage` that records the requests it is sent; `fail_on` methods raise."""
+class FakeOuter:
+    """DiLoCo's outer state, reduced to what the boundary asks of it: a set pseudo-gradient."""
+
+    def __init__(self, peer: FakePeer) -> None:
+        self.peer, self.round_samples = peer, 0
+
+    def pseudo_gradient(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
+        return self.peer.pseudo
+
+
+class FakePeer(StepTaking):
+    """A peer of `stage` that records the steps it is given; `fail_on` methods raise."""
 
     worker = "fake"
     queue_length = 0
 
-    def __init__(self, name: str, stage: int, state: dict[str, Any]) -> None:
+    def __init__(self, name: str, stage: int, state: dict[str, Any], diloco: bool) -> None:
         self.name, self.stage, self.state_, self.delay = name, stage, state, 0.0
-        self.grads: list[torch.Tensor] = [torch.zeros(2)]
-        self.attempts: dict[tuple[int, int, int], int] = {}  # attempt key -> samples in `grads`
-        self.round_samples = 0  # DiLoCo: samples since the last outer step
+        self.accum: list[torch.Tensor] = [torch.zeros(2)]
+        self.params = [torch.zeros(2)]
+        self.attempts: dict[tuple[int, int, int], int] = {}  # attempt key -> samples in `accum`
+        self.outer = FakeOuter(self) if diloco else None
         self.pseudo = [torch.zeros(2)]
         self.applied: list[tuple[str, Any]] = []  # (method, argument) of every step it took
         self.fail_on: set[str] = set()
         self.alive = True
+        self.mailbox = Mailbox()
+        self.cfg = SimpleNamespace(peer_timeout=5.0)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"fake-{name}")
+
+    @property
+    def contact(self) -> FakePeer:
+        return self
+
+    def dial(self, contact: FakePeer) -> FakePeer:
+        return contact
 
     @property
     def samples(self) -> int:
@@ -37,27 +63,27 @@ class FakePeer:
 
     def accumulate(self, grad: list[float], samples: int, attempt: tuple[int, int, int]) -> None:
         """What a backward pass of `attempt` does: add a gradient for `samples` samples."""
-        self.grads = [g + torch.tensor(v) for g, v in zip(self.grads, [grad])]
+        self.accum = [g + torch.tensor(v) for g, v in zip(self.accum, [grad])]
         self.attempts[attempt] = self.attempts.get(attempt, 0) + samples
 
     def call(self, method: str, *args: Any) -> Future:
-        future: Future = Future()
-        try:
-            if not self.alive:
-                raise PeerDied(self.name)
-            if method in self.fail_on:
-                raise ConnectionError(f"{self.name} fails on {method}")
-            future.set_result(getattr(self, method)(*args))
-        except Exception as exc:
-            future.set_exception(exc)
-        return future
+        if method in IMMEDIATE and self.alive:
+            getattr(self.mailbox, method)(*args)
+            done: Future = Future()
+            done.set_result(None)
+            return done
+        return self._thread.submit(self._serve, method, args)
 
-    # -- requests ------------------------------------------------------------------------------
-    def gradients(self) -> tuple[list[torch.Tensor], dict[tuple[int, int, int], int]]:
-        return self.grads, dict(self.attempts)
+    def _serve(self, method: str, args: tuple) -> Any:
+        if not self.alive:
+            raise PeerDied(self.name)
+        if method in self.fail_on:
+            raise ConnectionError(f"{self.name} fails on {method}")
+        return getattr(self, method)(*args)
 
+    # -- what the boundary's requests call -------------------------------------------------------
     def clear_gradients(self) -> None:
-        self.grads, self.attempts = [torch.zeros(2)], {}
+        self.accum, self.attempts = [torch.zeros(2)], {}
 
     def optimizer_step(self, grads: list[torch.Tensor], step: int) -> None:
         self.applied.append(("optimizer_step", grads))
@@ -65,15 +91,12 @@ class FakePeer:
 
     def local_step(self, grads: list[torch.Tensor], samples: int, step: int) -> None:
         self.applied.append(("local_step", samples))
-        self.round_samples += samples
+        self.outer.round_samples += samples
         self.clear_gradients()
-
-    def pseudo_gradient(self) -> tuple[list[torch.Tensor], int]:
-        return self.pseudo, self.round_samples
 
     def outer_step(self, delta: list[torch.Tensor]) -> None:
         self.applied.append(("outer_step", delta))
-        self.round_samples = 0
+        self.outer.round_samples = 0
 
     def ensure_diloco(self, sync: Any) -> None:
         self.applied.append(("ensure_diloco", sync.mode))
@@ -92,6 +115,7 @@ class FakePeer:
 
     def kill(self) -> None:
         self.alive = False
+        self.mailbox.close(f"{self.name} died")
 
     def close(self) -> None:
         self.alive = False
@@ -115,9 +139,10 @@ class FakePeers:
     def bind(self, coordinator: Any) -> None:
         self.coordinator = coordinator
 
-    def start_peer(self, name: str, stage: int, state: dict[str, Any] | None, *, source: FakePeer | None,
+    def start_peer(self, name: str, stage: int, state: dict[str, Any] | str | None, *, source: FakePeer | None,
                    delay: float, running: bool) -> FakePeer:
-        peer = FakePeer(name, stage, source.state() if source is not None else dict(state))
+        state = source.state() if source is not None else state if isinstance(state, dict) else {"shard": state}
+        peer = FakePeer(name, stage, dict(state), self.coordinator.cfg.sync.mode == "diloco")
         if self.starting is not None:
             self.starting()
         self.made[name] = peer

@@ -1,8 +1,10 @@
-"""The coordinator's ledger and step boundary over the in-memory fake transport: no threads, no
-model. The test plays the trainers: it takes tasks, has fake peers accumulate, and credits them."""
+"""The coordinator's ledger and step boundary over the in-memory fake transport: no model, no
+trainer threads. The test plays the trainers: it takes tasks, has fake peers accumulate, and
+credits them; the fake peers reduce among themselves with the real ring."""
 
 from __future__ import annotations
 
+import tempfile
 import threading
 
 import pytest
@@ -11,6 +13,7 @@ import torch
 from labkit.config import ModelConfig, RunConfig, SyncConfig
 from labkit.runtime.boundary import Commit, step_boundary
 from labkit.runtime.coordinator import Coordinator
+from labkit.executors.swarm.core import SwarmCore
 from labkit.runtime.eventlog import EventLog
 from tests.unit.fake_transport import FakePeers
 
@@ -21,7 +24,7 @@ CFG = RunConfig(model=ModelConfig(size="nano", seq_len=32), stages=2, peers=2, g
 def _coordinator(cfg: RunConfig = CFG) -> tuple[Coordinator, FakePeers, EventLog]:
     log, peers = EventLog(), FakePeers()
     states = [{"params": {"stage": s}, "optimizer": None} for s in range(cfg.stages)]
-    return Coordinator(cfg, log.emit, peers, states), peers, log
+    return Coordinator(cfg, log.emit, peers, states, checkpoints=tempfile.mkdtemp(prefix="labkit-test-")), peers, log
 
 
 def _play_step(c: Coordinator, peers: FakePeers, route: dict[int, list[str]], grad: float = 1.0) -> None:
@@ -59,22 +62,21 @@ def test_allreduce_applies_the_stage_sum_on_every_peer_and_commits_the_step() ->
         assert torch.equal(grads[0], torch.tensor([4.0, 8.0]))  # 4 microbatches of [1, 2] over the stage's peers
     step, = log.history("step")
     assert step["step"] == 1 and step["stage_samples"] == [8, 8] and step["loss"] == pytest.approx(2.0)
-    assert [e["kind"] for e in log.history("sync")] == ["allreduce", "allreduce"]
-    assert c.ledger.step == 1 and c.snapshots[1]["steps_taken"] == 1
+    assert [(e["kind"], e["bytes"]) for e in log.history("sync")] == [("allreduce", 2 * 8)] * 2  # 2 (N-1) x 8 bytes
+    assert c.ledger.step == 1 and c.committed_states()[1]["steps_taken"] == 1
+    assert step["boundary"]["tensor_bytes"] == 0 and set(step["boundary"]["seconds"]) == {"prepare", "commit_step"}
 
 
 def test_the_boundary_is_a_value_that_changes_nothing_until_the_coordinator_applies_it() -> None:
     c, peers, log = _coordinator()
     _play_step(c, peers, {0: ["s0p0", "s0p1"], 1: ["s1p0", "s1p1"]})
-    before = list(c.snapshots)
     with c.cond:
         commit = step_boundary(c.books())
-        assert c.ledger.step == 0 and c.snapshots == before and not log.history("step") and c.schedule.inner == 0
+        assert c.ledger.step == 0 and not log.history("step") and c.schedule.inner == 0
         assert commit.taken and commit.keep == [["s0p0", "s0p1"], ["s1p0", "s1p1"]] and not commit.drop
         assert [e["type"] for e in commit.events] == ["sync", "sync", "step"] and commit.diverged is None
-        assert torch.equal(commit.reduced[0][0], torch.tensor([4.0, 8.0])) and commit.states[1]["steps_taken"] == 1
         c.apply(commit)
-    assert c.ledger.step == 1 and c.snapshots[1]["steps_taken"] == 1 and len(log.history("step")) == 1
+    assert c.ledger.step == 1 and c.committed_states()[1]["steps_taken"] == 1 and len(log.history("step")) == 1
 
 
 def test_a_peer_whose_sum_lacks_a_credited_attempt_breaks_the_run_loudly() -> None:
@@ -126,14 +128,15 @@ def test_a_gradient_of_an_earlier_step_is_dropped_at_the_next_boundary() -> None
     assert [e["step"] for e in log.history("step")] == [1, 2]
 
 
-def test_a_peer_failing_while_sums_are_gathered_is_evicted_and_its_samples_recomputed() -> None:
+def test_a_peer_failing_while_its_stage_reduces_is_evicted_and_its_samples_recomputed() -> None:
     c, peers, log = _coordinator()
     _play_step(c, peers, {0: ["s0p0", "s0p1"], 1: ["s1p0"]})
-    peers.made["s0p1"].fail_on.add("gradients")
+    peers.made["s0p1"].fail_on.add("prepare")
     _boundary(c)
     killed, = [e for e in log.history("peer") if e["state"] == "killed"]
     assert killed["peer"] == "s0p1" and killed["lost_samples"] == 4
-    assert "gradients failed at the step boundary" in killed["reason"]
+    assert "prepare failed at the step boundary" in killed["reason"]
+    assert not [p for p in peers.made.values() if p.applied if p.name != "s0p1"], "no peer stepped"
     assert not log.history("step") and not c.ledger.ready(), "no step without the lost samples"
     task, _ = c.next_task("t0")
     assert task.stages == frozenset({0}), "only the stage that lost the samples recomputes them"
@@ -151,8 +154,9 @@ def test_diloco_outer_step_averages_pseudo_gradients_weighted_by_samples() -> No
         assert method == "outer_step" and torch.equal(delta[0], torch.tensor([3.0, 2.0]))  # 0.75 * a + 0.25 * b
     assert [(e["stage"], e["kind"], e["peers"]) for e in log.history("sync")] == [(0, "diloco", 2), (1, "diloco", 2)]
     boundary = log.history("step")[0]["boundary"]
-    assert set(boundary["seconds"]) == {"gradients", "local_step", "pseudo_gradient", "average", "outer_step", "state"}
+    assert set(boundary["seconds"]) == {"prepare", "commit_step", "outer_reduce", "outer_apply"}
     assert boundary["total"] >= sum(boundary["seconds"].values()) and boundary["peer_seconds"] == {}  # fakes: unmeasured
+    assert boundary["tensor_bytes"] == 0
 
 
 def test_verbs_after_the_run_ended_are_refused_with_one_clear_error() -> None:
@@ -161,7 +165,7 @@ def test_verbs_after_the_run_ended_are_refused_with_one_clear_error() -> None:
     with pytest.raises(RuntimeError, match="kill_peer is not available: the run has ended"):
         c.members.kill_peer("s0p0")
     with pytest.raises(RuntimeError, match="set_compression is not available"):
-        c.set_compression("fp16")
+        SwarmCore(c).set_compression("fp16")
 
 
 def test_gradients_of_a_dead_trainers_microbatch_are_dropped_and_their_samples_recomputed() -> None:
@@ -242,7 +246,7 @@ def test_a_joiner_starts_without_the_lock_and_enters_with_the_state_committed_me
     release.set()
     adder.join(10)
     assert joined == ["s0p2"] and peers.admitted == ["s0p2"]
-    assert peers.made["s0p2"].state_ == c.snapshots[0] and c.snapshots[0]["steps_taken"] == 1
+    assert peers.made["s0p2"].state_ == peers.made["s0p0"].state() and peers.made["s0p0"].state()["steps_taken"] == 1
     assert [e["peer"] for e in log.history("peer") if e["state"] == "joined"][-1] == "s0p2"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from labkit.config import ConfigError, RunConfig
-from labkit.runtime.links import TrainerLinks, load_links
+from labkit.runtime.links import Links, load_links, peer_region
 from labkit.sim.links import TokenBucket, join_group, region_link, stage_regions
 from labkit.sim.scenario import Link, PeerGroup, SimScenario
 
@@ -64,10 +64,12 @@ def test_regions_are_linked_either_way_round_and_by_default_otherwise() -> None:
 def test_the_kth_peer_of_a_stage_sits_where_the_kth_of_its_groups_does() -> None:
     s = _scenario(join_device="V100")
     assert stage_regions(s) == (("eu", "us"), ("us", "us"))
-    links = TrainerLinks(s, "t0")
-    assert [links.region(p) for p in ("s0p0", "s0p1", "s1p1")] == ["eu", "us", "us"]
-    assert join_group(s).region == links.region("s0p2") == "us"  # a peer added mid-run sits with the joiners
+    assert [peer_region(s, p) for p in ("s0p0", "s0p1", "s1p1")] == ["eu", "us", "us"]
+    assert join_group(s).region == peer_region(s, "s0p2") == "us"  # a peer added mid-run sits with the joiners
+    links = Links(s, s.trainer_region)  # a trainer's
     assert links.link("s0p0").latency == pytest.approx(0.001) and links.link("s0p1").up.rate == 1e6
+    ring = Links(s, peer_region(s, "s0p0"))  # peer s0p0's, to its stage's other peers
+    assert ring.link("s0p1").latency == pytest.approx(region_link(s, "eu", "us")[0] / 2)
 
 
 def _write(tmp_path: Path, data: object) -> str:

@@ -57,8 +57,14 @@ class RemotePeer:
 
     @property
     def contact(self) -> str:
-        """The peer's data plane ("host:port"), where its stage's other peers reach it."""
-        return self._data or self.actor.data_address().result(START_TIMEOUT)
+        """The peer's data plane ("host:port"), where its stage's other peers reach it (asked of
+        its actor the first time, unless the DHT record gave it); PeerDied if it cannot be asked."""
+        if self._data is None:
+            try:
+                self._data = self.actor.data_address().result(START_TIMEOUT)
+            except Exception as exc:  # its worker is gone
+                raise PeerDied(f"{self.name}: {exc}") from exc
+        return self._data
 
     def call(self, method: str, *args: Any) -> Future:
         """Queue `method(*args)` on the remote peer; the future resolves to its result."""
@@ -78,7 +84,7 @@ class RemotePeer:
                 raise PeerDied(self.name)
             if self._client is not None:
                 return self._client
-        address = self._data or self.actor.data_address().result(START_TIMEOUT)  # waits for the start
+        address = self.contact  # waits for the start
         with self._lock:
             if self._dead:
                 raise PeerDied(self.name)

@@ -46,7 +46,8 @@ class SwarmCore:
 
     @property
     def step(self) -> int:
-        return self.c.ledger.step
+        """The step of the committed state (once stopped: of the state it stopped with)."""
+        return self.c.ledger.step if self.c.final_step is None else self.c.final_step
 
     def committed(self) -> tuple[RunConfig, list[dict[str, Any]]]:
         """The config with the layer split and sync mode in force, and every stage's committed state."""
