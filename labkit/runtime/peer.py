@@ -4,8 +4,8 @@ Trainers submit forward / backward / loss requests and get futures back (the in-
 transport, labkit/runtime/request_queue.py). The peer runs them one at a time, keeps the stage
 inputs (and autograd graph) of every microbatch attempt in flight so backward can retrace it, and
 accumulates parameter gradients until the swarm's step, with the samples of each attempt its sum
-holds (what the step boundary reconciles with the ledger's credits).
-Killing a peer drops its queue, its stash and its accumulated gradients, as a crash would.
+holds (what the step boundary reconciles with the ledger's credits). Killing a peer drops its
+queue, its stash and its accumulated gradients, as a crash would.
 """
 
 from __future__ import annotations
@@ -24,17 +24,14 @@ from labkit.runtime.diloco import OuterState
 from labkit.runtime.links import Links, load_links, peer_region
 from labkit.runtime.optim import apply_step, make_optimizer
 from labkit.runtime.request_queue import RequestQueue
-from labkit.runtime.ring import Mailbox
-from labkit.runtime.stage_step import StepTaking
+from labkit.runtime.ring import IMMEDIATE, Mailbox, deliver
+from labkit.runtime.stage_step import StepTaking, unflatten
 from labkit.swarm.ledger import AttemptKey
 from labkit.wire import Codec, Encoded, get_codec
 
 
 class PeerDied(RuntimeError):
     """The peer was killed; what it held is gone."""
-
-
-IMMEDIATE = ("post", "abort")  # ring traffic: served at once, beside what the peer's thread runs (the ring)
 
 
 class StagePeer(StepTaking, RequestQueue):
@@ -55,8 +52,7 @@ class StagePeer(StepTaking, RequestQueue):
         self._pending: Future | None = None
         self.outer: OuterState | None = None  # set while the stage syncs with DiLoCo
         self._codecs: dict[str, Codec] = {}
-        self.accum = [torch.zeros_like(p) for p in self.params]
-        self.attempts: dict[AttemptKey, int] = {}  # the attempts whose gradient is in `accum`, with their samples
+        self.clear_gradients()  # `accum` and `attempts`: the sums, and the attempts (with samples) they hold
         self.worker = "local"  # where the peer runs (a Dask worker's address for remote peers)
         self.delay = 0.0  # extra seconds per request: makes a peer slow on purpose (demos, tests)
         self._stash: dict[AttemptKey, tuple[torch.Tensor, torch.Tensor | None]] = {}
@@ -73,14 +69,14 @@ class StagePeer(StepTaking, RequestQueue):
         return self
 
     def call(self, method: str, *args: Any) -> Future:
-        """Queue `method(*args)`; ring traffic (`IMMEDIATE`) is served at once instead."""
+        """Queue `method(*args)`; ring traffic from a peer of this process is served at once instead."""
         if method not in IMMEDIATE:
             return super().call(method, *args)
         out: Future = Future()
         if self._killed.is_set():
             out.set_exception(PeerDied(self.name))
         else:
-            getattr(self.mailbox, method)(*args)
+            deliver(self.mailbox, method, args, same_process=True)
             out.set_result(None)
         return out
 
@@ -90,8 +86,7 @@ class StagePeer(StepTaking, RequestQueue):
         self.mailbox.close(f"{self.name} died")
         super().kill()
         self._stash.clear()
-        self.accum = []
-        self.attempts = {}
+        self.accum, self.attempts = [], {}
 
     @property
     def samples(self) -> int:
@@ -195,8 +190,11 @@ class StagePeer(StepTaking, RequestQueue):
         self._stash.clear()
 
     def clear_gradients(self) -> None:
-        """Drop the accumulated gradients and their attempts (the parameters stay)."""
-        self.accum = [torch.zeros_like(p) for p in self.params]
+        """Drop the accumulated gradients and their attempts (the parameters stay). The sums are
+        views of one flat buffer: what the ring reduces, without a copy to gather them."""
+        self.flat_accum = torch.zeros(sum(p.numel() for p in self.params), dtype=self.params[0].dtype,
+                                      device=self.device)
+        self.accum = unflatten(self.flat_accum, self.params)
         self.attempts = {}
 
     def optimizer_step(self, grads: list[torch.Tensor], step: int) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 import torch
 
+IMMEDIATE = ("post", "abort")  # ring traffic: served at once, beside what the receiver's own thread runs (its ring)
 Send = Callable[[int, torch.Tensor], Future]  # (step, chunk) -> answered once the neighbour holds it
 
 
@@ -87,10 +88,21 @@ class Mailbox:
             self._aborted = {t: why for t, why in self._aborted.items() if t >= self._floor}
 
 
+def deliver(mailbox: Mailbox, method: str, args: tuple, same_process: bool) -> None:
+    """Serve ring traffic (`post`, `abort`) at once. A chunk from a peer of this process is copied:
+    it is a view of its sender's buffer, which the sender changes as its ring goes on (one from
+    the wire is already the receiver's own)."""
+    if method == "post" and same_process:
+        tag, step, chunk = args
+        args = tag, step, chunk.clone()
+    getattr(mailbox, method)(*args)
+
+
 def ring_allreduce(flat: torch.Tensor, rank: int, n: int, tag: int, send: Send, mailbox: Mailbox,
                    timeout: float) -> torch.Tensor:
     """The sum of every ring member's `flat` (a 1-D tensor of the same length on each), as a new
-    tensor; `flat` is not changed. Raises `RingAborted` if the ring breaks."""
+    tensor; `flat` is not changed. `send` gets views of the result being built: a transport that
+    does not copy them at once must copy them (`deliver`). Raises `RingAborted` if the ring breaks."""
     out = flat.clone()
     if n == 1:
         return out
@@ -98,7 +110,7 @@ def ring_allreduce(flat: torch.Tensor, rank: int, n: int, tag: int, send: Send, 
     sent: list[Future] = []
     try:
         for step in range(2 * (n - 1)):
-            sent.append(send(step, chunks[(rank - step) % n].clone()))  # the clone: `out` changes under it
+            sent.append(send(step, chunks[(rank - step) % n]))
             sent[-1].add_done_callback(lambda done: _abort_if_failed(done, mailbox, tag))
             got = mailbox.take(tag, step, timeout).to(out.device)
             target = chunks[(rank - step - 1) % n]

@@ -47,9 +47,15 @@ def unflatten(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor
     return [part.view_as(t) for part, t in zip(flat.split([t.numel() for t in like]), like)]
 
 
+def finite(t: torch.Tensor) -> bool:
+    """Whether every element of `t` is finite, in one reduction and no tensor of its size (a norm
+    that overflows counts as not finite: only diverged values come near)."""
+    return bool(torch.isfinite(torch.linalg.vector_norm(t)))
+
+
 class StepTaking:
-    """The boundary's and the checkpoints' requests, for `StagePeer` (which provides `accum`,
-    `attempts`, `params`, `optimizer_step`, `local_step`, `outer`, `state`, `load_state`, `ensure_diloco`, `dial`)."""
+    """The boundary's and the checkpoints' requests, for `StagePeer` (which provides `accum` and
+    `flat_accum` (its sums, and the one flat buffer they are views of), `attempts`, `params`, `optimizer_step`, `local_step`, `outer`, `state`, `load_state`, `ensure_diloco`, `dial`)."""
 
     mailbox: Mailbox
     links: Links | None = None  # the emulated links to its stage's other peers (`RunConfig.links`), if any
@@ -73,14 +79,13 @@ class StepTaking:
             self._prepared = plan.tag, True, (self.accum, sum(held.values()))
         else:
             try:
-                flat = self._ring(plan, flatten(self.accum))
+                flat = self._ring(plan, self.flat_accum)
             except RingAborted as exc:
                 late = (plan.rank - 1) % len(plan.ring) if isinstance(exc, RingTimeout) else None
                 return {**answer, "ring": str(exc), "late": late}
             self._prepared = plan.tag, False, unflatten(flat, self.accum)
             answer["nbytes"] = flat.numel() * flat.element_size()
-        payload = self._prepared[2][0] if plan.local else self._prepared[2]
-        answer["sum_finite"] = all(bool(torch.isfinite(g).all()) for g in payload)
+        answer["sum_finite"] = finite(self.flat_accum if plan.local else flat)
         if plan.apply and answer["sum_finite"]:
             answer["finite"] = self.commit_step(plan.tag, plan.step)
         return answer
@@ -106,7 +111,7 @@ class StepTaking:
             self.optimizer_step(payload, step)
         elif payload[1]:  # DiLoCo's inner step, on this peer's own sum (a peer credited nothing skips it)
             self.local_step(*payload, step)
-        return all(bool(torch.isfinite(p).all()) for p in self.params)
+        return all(finite(p) for p in self.params)
 
     def outer_reduce(self, tag: int, ring: tuple[tuple[str, Any], ...], rank: int, timeout: float) -> dict[str, Any]:
         """DiLoCo's outer step, first half: the stage's pseudo-gradients averaged over the ring,

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from labkit.runtime.peer import IMMEDIATE, PeerDied
-from labkit.runtime.ring import Mailbox
-from labkit.runtime.stage_step import StepTaking
+from labkit.runtime.peer import PeerDied
+from labkit.runtime.ring import IMMEDIATE, Mailbox, deliver
+from labkit.runtime.stage_step import StepTaking, flatten
 
 
 class FakeOuter:
@@ -61,6 +61,10 @@ class FakePeer(StepTaking):
     def samples(self) -> int:
         return sum(self.attempts.values())
 
+    @property
+    def flat_accum(self) -> torch.Tensor:
+        return flatten(self.accum)
+
     def accumulate(self, grad: list[float], samples: int, attempt: tuple[int, int, int]) -> None:
         """What a backward pass of `attempt` does: add a gradient for `samples` samples."""
         self.accum = [g + torch.tensor(v) for g, v in zip(self.accum, [grad])]
@@ -68,7 +72,7 @@ class FakePeer(StepTaking):
 
     def call(self, method: str, *args: Any) -> Future:
         if method in IMMEDIATE and self.alive:
-            getattr(self.mailbox, method)(*args)
+            deliver(self.mailbox, method, args, same_process=True)
             done: Future = Future()
             done.set_result(None)
             return done

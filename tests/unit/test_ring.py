@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from labkit.runtime.peer import PeerDied
-from labkit.runtime.ring import Mailbox, RingAborted, RingTimeout, ring_allreduce
+from labkit.runtime.ring import Mailbox, RingAborted, RingTimeout, deliver, ring_allreduce
 
 
 def _ring(data: list[torch.Tensor], dead: int | None = None, timeout: float = 5.0) -> list[torch.Tensor | BaseException]:
@@ -28,7 +28,7 @@ def _ring(data: list[torch.Tensor], dead: int | None = None, timeout: float = 5.
             if right == dead:
                 done.set_exception(PeerDied(f"peer {right}"))
             else:
-                boxes[right].post(7, step, chunk)
+                deliver(boxes[right], "post", (7, step, chunk), same_process=True)
                 done.set_result(None)
             return done
         return to_right

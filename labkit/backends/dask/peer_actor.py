@@ -30,6 +30,7 @@ from labkit.model.assembly import stage_module
 from labkit.runtime.background import settle
 from labkit.runtime.peer import PeerDied, StagePeer
 from labkit.runtime.request_queue import timing
+from labkit.runtime.ring import IMMEDIATE, deliver
 from labkit.runtime.shards import stage_state
 from labkit.runtime.sockets import SocketClient, SocketServer
 
@@ -123,7 +124,12 @@ class PeerActor:
 
     def _serve(self, method: str, args: tuple) -> Future:
         """Queue one request on the peer's thread (behind the others); the future holds its result
-        (in host memory) and `timing`'s queue and compute."""
+        (in host memory) and `timing`'s queue and compute. Ring traffic is served at once."""
+        if method in IMMEDIATE:
+            deliver(self.peer.mailbox, method, args, same_process=False)
+            done: Future = Future()
+            done.set_result(None)
+            return done
         start = time.perf_counter()
         served, out = self.peer.call(method, *args), Future()
 
