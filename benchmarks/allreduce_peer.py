@@ -1,10 +1,11 @@
 """The peer processes of `benchmarks/allreduce.py`: each holds gradients and sums them with the
 others by one of three methods (star through the driver, labkit's ring, a gloo process group).
 
-A peer is a spawned process (1 torch thread) serving requests on a `SocketServer` (labkit's TCP
-data plane, runtime/sockets.py) on 127.0.0.1. Ring chunks (`post`) and aborts are taken at once
-on the reading thread, into the peer's `Mailbox`; every other request runs in order on the peer's
-one work thread, which may block inside a ring or a gloo all-reduce.
+A peer is a process forked from a forkserver (1 torch thread) serving requests on a
+`SocketServer` (labkit's TCP data plane, runtime/sockets.py) on 127.0.0.1. Ring chunks (`post`)
+and aborts go into the peer's `Mailbox` at once, on the reading thread (`runtime/ring.deliver`);
+every other request runs in order on the peer's one work thread, which may block inside a ring
+or a gloo all-reduce.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from multiprocessing.queues import Queue
 import torch
 import torch.distributed as dist
 
-from labkit.runtime.ring import Mailbox, ring_allreduce
+from labkit.runtime.ring import IMMEDIATE as RING_TRAFFIC
+from labkit.runtime.ring import Mailbox, deliver, ring_allreduce
 from labkit.runtime.sockets import SocketClient, SocketServer
 
 HOST = "127.0.0.1"
 TIMEOUT_S = 120.0  # a peer that does not start, answer or deliver a chunk in this long fails the run
-IMMEDIATE = ("post", "abort", "hello", "stop")  # requests taken on the reading thread, never queued
+IMMEDIATE = (*RING_TRAFFIC, "hello", "stop")  # requests taken on the reading thread, never queued
 
 Shapes = list[tuple[int, ...]]
 _GROUPS = itertools.count()  # each `peers` forms its gloo group under a fresh store prefix
@@ -64,10 +66,8 @@ class Peer:
         if method not in IMMEDIATE:
             return self.work.submit(getattr(self, method), *args)
         done: Future = Future()
-        if method == "post":
-            self.mailbox.post(*args)
-        elif method == "abort":
-            self.mailbox.abort(*args)
+        if method in RING_TRAFFIC:
+            deliver(self.mailbox, method, args, same_process=False)  # a chunk off the wire is ours
         elif method == "stop":
             self.stopped.set()
         done.set_result(None)
