@@ -55,6 +55,8 @@ def check_backend(backend: str, timeout: float, **options: str) -> float:
         run.wait(60)
     assert summary.get("status") == "finished", f"{backend} run did not finish in {timeout} s: {summary}"
     losses = [e["loss"] for e in run.events.history("step")]
+    through = [e["boundary"]["tensor_bytes"] for e in run.events.history("step")]
+    assert through == [0] * len(losses), "a tensor crossed the coordinator at a step boundary"
     want = golden["losses"]
     assert len(losses) == len(want) == cfg.steps, f"{len(losses)} step losses, golden has {len(want)}"
     for name, curve in (("golden", want), (backend, losses)):

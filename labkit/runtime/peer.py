@@ -94,8 +94,7 @@ class StagePeer(StepTaking, RequestQueue):
         return sum(self.attempts.copy().values())
 
     def close(self) -> None:
-        """Stop after the requests already queued; requests sent afterwards fail at once with
-        `PeerDied`: a caller holding an old handle must not wait."""
+        """Stop after the queued requests; later ones fail at once (`PeerDied`): no caller waits."""
         super().close()
         if self._updater is not None:
             self._updater.shutdown(wait=True)
@@ -106,8 +105,7 @@ class StagePeer(StepTaking, RequestQueue):
         self.delay = float(seconds)
 
     def _slow_down(self) -> None:
-        """The artificial delay of a slowed-down peer, on data requests only (not on syncs); a
-        kill ends it (and the request) at once."""
+        """A slowed-down peer's delay, on data requests only; a kill ends it (and the request) at once."""
         if self.delay and self._killed.wait(self.delay):
             raise PeerDied(self.name)
 
@@ -188,6 +186,10 @@ class StagePeer(StepTaking, RequestQueue):
     def drop_stash(self) -> None:
         """Forget activations of abandoned attempts (called between steps)."""
         self._stash.clear()
+
+    def gradients(self) -> tuple[list[torch.Tensor], dict[AttemptKey, int]]:
+        """The sums and the attempts they hold (the synchronous pipeline's core reduces them)."""
+        return self.accum, dict(self.attempts)
 
     def clear_gradients(self) -> None:
         """Drop the accumulated gradients and their attempts (the parameters stay). The sums are
