@@ -26,7 +26,7 @@ SOLUTIONS: dict[str, object] = {
     # 4x on activations, less overall: the int64 token ids and targets are not quantized
     "06-compression": 3.8,
     # (1 - 1/50) x the large model's data-parallel share of all bytes with all-reduce
-    "07-diloco-swarm": 0.54,
+    "07-diloco-swarm": 0.38,
     # two organizations joined by one slow link: random groups put it in almost every all-reduce
     "08-planning-a-heterogeneous-world": "dtfm_multidc",
     # 3 peers + 1 trainer + 1 spare worker (the coordinator runs in the notebook's kernel)
