@@ -9,8 +9,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, as_completed
 from typing import Any, Protocol
 
-import torch
-
+from labkit.runtime.links import payload_bytes
 from labkit.runtime.ports import PeerHandle
 from labkit.runtime.request_queue import timing
 
@@ -45,19 +44,6 @@ class BoundaryTimes:
                 "total": time.perf_counter() - self.start}
 
 
-def tensor_bytes(value: Any) -> int:
-    """Bytes of the tensors in `value` (a request's arguments or an answer, however nested)."""
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, dict):
-        return sum(tensor_bytes(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(tensor_bytes(v) for v in value)
-    if hasattr(value, "__dataclass_fields__"):
-        return sum(tensor_bytes(getattr(value, name)) for name in value.__dataclass_fields__)
-    return 0
-
-
 class Sent:
     """Requests of one method sent to peers, not yet answered: (peer, future) pairs."""
 
@@ -76,7 +62,7 @@ class Calls:
     def send(self, method: str, calls: list[tuple[PeerHandle, tuple]]) -> Sent:
         """Call `method` on each peer with its arguments, all at once, without waiting."""
         start = time.perf_counter()
-        self.times.tensor_bytes += tensor_bytes([args for _, args in calls])
+        self.times.tensor_bytes += payload_bytes([args for _, args in calls])
         return Sent(method, [(p, p.call(method, *args)) for p, args in calls], start)
 
     def collect(self, sent: Sent, watch: Callable[[Any], str | None] | None = None,
@@ -103,7 +89,7 @@ class Calls:
                 self.commit.evict.setdefault(p.name, f"{sent.method} failed at the step boundary: "
                                                      f"{type(exc).__name__}: {exc}")
                 results.append(None)
-        self.times.tensor_bytes += tensor_bytes(results)
+        self.times.tensor_bytes += payload_bytes(results)
         self.times.add(sent.method, sent.start, futures)
         return results
 

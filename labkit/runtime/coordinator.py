@@ -45,10 +45,9 @@ class Coordinator:
         get_codec(self.codec)  # an unavailable codec fails here, with its name, before any peer starts
         self.ledger = StepLedger(cfg.stages, cfg.microbatches_per_step, cfg.microbatch, step=step)
         self.schedule = SyncSchedule(cfg.sync)
-        self.initial = [dict(s) for s in states]  # what the first peers start from
         self.checkpoints = Checkpoints(Path(checkpoints), cfg.checkpoint_every, cfg.peer_timeout,
                                        lambda step: emit(events.setting(self.clock(), name="checkpoint", value=step)))
-        self.checkpoints.write_now(step, cfg, self.schedule, self.initial)  # a rollback before the first goes here
+        self.checkpoints.write_now(step, cfg, self.schedule, states)  # a rollback before the first goes here
         self.tags = itertools.count(1).__next__  # ring tags, increasing over the run
         self.suspects: set[str] = set()  # peers a trainer timed out on since the last step
         self.version = 0  # counts committed steps and rollbacks: a joiner's state is stale if it changed
@@ -72,7 +71,7 @@ class Coordinator:
         self._last_state: dict[str, Any] = {"status": "starting", "step": step, "stages": []}
         self.members = Membership(self, stage_bounds(cfg.layer_split))
         factory.bind(self)
-        self.members.populate()
+        self.members.populate(states)  # not kept: from now on the peers hold the state
         self.trainers = factory.start_trainers(cfg.trainers)
         self._boundary = threading.Thread(target=self._boundary_loop, name="labkit-boundary", daemon=True)
 

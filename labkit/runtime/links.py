@@ -36,13 +36,18 @@ _PEER_NAME = re.compile(r"s(\d+)p(\d+)")
 
 
 def payload_bytes(value: Any) -> int:
-    """Bytes `value` puts on the wire: a codec's exact payload, a raw tensor's data (token ids),
-    the sum over a tuple (a request's arguments, a reply's parts); 0 for anything else."""
-    if isinstance(value, tuple):
-        return sum(payload_bytes(v) for v in value)
+    """Bytes of tensor data `value` puts on the wire: a codec's exact payload, a raw tensor's data
+    (token ids), summed however nested (a request's arguments, a reply's parts, a state dict, a
+    dataclass's fields); 0 for anything else."""
     if isinstance(value, Encoded):
         return value.nbytes
-    return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        value = list(value.values())
+    elif hasattr(value, "__dataclass_fields__"):
+        value = [getattr(value, name) for name in value.__dataclass_fields__]
+    return sum(map(payload_bytes, value)) if isinstance(value, (list, tuple)) else 0
 
 
 def load_links(cfg: RunConfig) -> SimScenario | None:

@@ -34,7 +34,6 @@ class Run(Protocol):
     ledger: StepLedger
     lock: threading.RLock
     cond: threading.Condition
-    initial: list[dict[str, Any]]  # the stages' states the first peers start from
     checkpoints: Checkpoints  # the last one is what a peer of an emptied stage starts from
     version: int  # changes with every committed step and rollback
     paused: set[int]  # stages without a live peer
@@ -84,12 +83,12 @@ class Membership:
                 raise KeyError(f"no live peer named {name!r}; live peers: {sorted(self.peers)}")
             return peer
 
-    def populate(self) -> None:
-        """Start every stage's first peers with its committed state, before the run starts."""
+    def populate(self, states: list[dict[str, Any]]) -> None:
+        """Start every stage's first peers with its state in `states`, before the run starts."""
         for stage, count in enumerate(self.c.cfg.peers_per_stage):
             for _ in range(count):
                 name = self._next_name(stage)
-                peer = self.c.factory.start_peer(name, stage, self.c.initial[stage], source=None, delay=0.0,
+                peer = self.c.factory.start_peer(name, stage, states[stage], source=None, delay=0.0,
                                                  running=False)
                 self._enter(name, peer)
                 if self.c.cfg.sync.mode == "diloco":

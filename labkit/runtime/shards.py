@@ -3,7 +3,8 @@ reads.
 
 Every `RunConfig.checkpoint_every` steps, at a boundary where every peer of a stage holds the same
 state (DiLoCo: an outer step), the first live peer of each stage writes its stage's state to
-`<folder>/step-<n>/stage-<s>.pt` (its thread only copies the state; the write runs beside its work).
+`<folder>/step-<n>/stage-<s>.pt` (on its own thread: its other requests wait for the write;
+`benchmarks/checkpoint_cost.py` measures what that costs a step).
 Once every shard is written the checkpoint is complete (`manifest.json`) and becomes the one a
 rollback goes to; the one before is then deleted. No tensor passes through the coordinator, except
 at the start (the initial states it holds anyway) and where the layer split changes (the re-cut

@@ -89,7 +89,7 @@ class PeerActor:
         self.peer = StagePeer(name, stage, stage_module(cfg, stage, state["params"]), cfg, device)
         self.peer.load_state(state)
         self.peer.set_delay(delay)
-        self.peer.dial = Neighbours(name).dial
+        self.peer.dial = Neighbours().dial
         self._key, self._worker = key, get_worker()
         self._server = SocketServer(self._serve, get_address_host(self._worker.address), f"peer-{name}")
         self._record = {"address": self._worker.address, "data": self._server.address, "device": device}
@@ -171,8 +171,8 @@ class Neighbours:
     """A peer's connections to its stage's other peers' data planes (for the ring), by address,
     opened at first use; a broken one is opened afresh next time (a new peer may listen there)."""
 
-    def __init__(self, name: str) -> None:
-        self._name, self._links = name, {}
+    def __init__(self) -> None:
+        self._links: dict[str, Neighbour] = {}
         self._lock = threading.Lock()
 
     def dial(self, address: str) -> Neighbour:
