@@ -43,7 +43,7 @@ def real_config(s: SimScenario, path: str, codec: str, steps: int, global_batch:
     peers = tuple(sum(g.count for g in s.peers if g.stage == st) for st in range(s.stages))
     return RunConfig(model=ModelConfig(size=s.model, seq_len=s.seq_len), stages=s.stages, peers=peers,
                      trainers=s.trainers, microbatch=s.microbatch, global_batch=global_batch, steps=steps,
-                     gamma=s.gamma, rebalance_period=0, eval_every=0, eval_batches=1, links=path,
+                     gamma=s.gamma, debias_ema=s.debias_ema, rebalance_period=0, eval_every=0, eval_batches=1, links=path,
                      compression=CompressionConfig(codec=codec))
 
 

@@ -51,6 +51,7 @@ class RunConfig:
     warmup_steps: int = 5  # linear warm-up from lr/warmup to lr
     weight_decay: float = 0.01  # decoupled weight decay, in [0, MAX_WEIGHT_DECAY]
     gamma: float = 0.1  # EMA smoothing of peer response times in the router
+    debias_ema: bool = True  # a peer's first answer replaces the router's prior (False: the paper's plain EMA)
     peer_timeout: float = 30.0  # seconds a trainer waits for a peer before banning it, at most MAX_WAIT
     rebalance_period: float = 300.0  # seconds between Algorithm 2 rounds (as in the paper); 0 = off; <= MAX_WAIT
     delayed_updates: bool = False  # delayed parameter updates: step k's update overlaps batch k+1
@@ -98,6 +99,7 @@ class RunConfig:
                self.weight_decay, f"a finite number >= 0 and <= {MAX_WEIGHT_DECAY:g}: every step scales the parameters "
                "by 1 - lr * weight_decay, so more decay erases what the gradients learn (usual values: 0 to 0.1)")
         _check(_is_number(self.gamma) and 0 < self.gamma <= 1, o, "gamma", self.gamma, "a number in (0, 1]")
+        _check(isinstance(self.debias_ema, bool), o, "debias_ema", self.debias_ema, "True or False")
         _check(_is_number(self.peer_timeout) and 0 < self.peer_timeout <= MAX_WAIT, o, "peer_timeout",
                self.peer_timeout, f"a finite number of seconds > 0 and <= {MAX_WAIT:g}: a trainer waits this long "
                "for a silent peer; a day is already a hung run, and far longer waits overflow the platform's timer")

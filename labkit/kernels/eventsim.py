@@ -61,7 +61,7 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
               slots: tuple, heap: tuple, counters: np.ndarray, sync: tuple, out: tuple, hops: tuple) -> None:
     """Process every event before `t_end`; state lives in the arrays passed in and is updated.
 
-    peers = (stage, free_at, qlen, epoch) per peer; router = (prio, ema, order, banned, gamma);
+    peers = (stage, free_at, qlen, epoch) per peer; router = (prio, ema, weight, order, banned, gamma);
     service = (fwd, bwd, cv) with fwd/bwd[i, s] seconds; links = (out, back, payload, chunks):
     request and answer latency and payload seconds per peer, and the pieces a payload streams in;
     slots = (pos, path, path_epoch, sent, mb_id); heap = (time, seq, slot, kind, size/seq box);
@@ -71,7 +71,7 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
     times, step count box); hops = (t, slot, stage, peer, direction, seconds, mb, count box).
     """
     stage, free_at, qlen, epoch = peers
-    prio, ema, order, banned, gamma = router
+    prio, ema, weight, order, banned, gamma = router
     fwd, bwd, cv = service
     hop_out, hop_back, payload, chunks = links
     pos, path, path_epoch, sent, mb_id = slots
@@ -113,7 +113,7 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
             if epoch[p] != path_epoch[w, s]:
                 kind = -2
             else:
-                ema_fold(ema, p, t - sent[w], gamma)
+                ema_fold(ema, weight, p, t - sent[w], gamma)
                 k = hop_box[0]
                 if k < hop_t.shape[0]:
                     hop_t[k], hop_slot[k], hop_stage[k], hop_peer[k] = t, w, s, p

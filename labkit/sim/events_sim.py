@@ -18,7 +18,7 @@ from labkit import events
 from labkit.config import ConfigError
 from labkit.kernels.eventsim import RETRY, run_until, seed_noise
 from labkit.kernels.fluid import optimum_rate, pick_leaver
-from labkit.kernels.iwrr import iwrr_entry
+from labkit.kernels.iwrr import INITIAL_EMA, iwrr_entry
 from labkit.kernels.rebalance import rebalance_join, rebalance_move
 from labkit.sim.result import SimResult
 from labkit.sim.scenario import SimScenario
@@ -37,8 +37,8 @@ class _Swarm:
         self.ready_at[self.stage >= 0] = 0.0
         self.free_at, self.qlen, self.epoch = np.zeros(P), np.zeros(P, np.int64), np.zeros(P, np.int64)
         self.prio, self.ema, self.order = np.zeros(P), np.zeros(P), np.zeros(P, np.int64)
+        self.weight = np.zeros(P)  # share of each EMA that is measured (labkit.kernels.iwrr.ema_fold)
         self.banned, self.counter = np.ones(P, np.bool_), 0
-        self.initial_ema = float(np.mean(w.fwd[self.stage >= 0] + 2 * w.hop_seconds[self.stage >= 0, None]))
         for i in np.nonzero(self.stage >= 0)[0]:
             self.announce(int(i))
         self.slots = (np.zeros(W, np.int64), np.full((W, S), -1, np.int64), np.zeros((W, S), np.int64),
@@ -63,7 +63,8 @@ class _Swarm:
         """Peer i starts serving its stage: it enters the router as `Router.announce` does."""
         s = int(self.stage[i])
         self.prio[i], self.ema[i] = iwrr_entry(self.stage, self.prio, self.ema, self.banned, s, self.s.epsilon,
-                                               self.initial_ema)
+                                               INITIAL_EMA)
+        self.weight[i] = 0.0 if self.s.debias_ema else 1.0
         self.counter += 1
         self.order[i], self.banned[i] = self.counter, False
 
@@ -86,7 +87,7 @@ class _Swarm:
         w, s = self.w, self.s
         links = (w.hop_rtt / 2, w.hop_rtt / 2, w.hop_seconds - w.hop_rtt, float(s.stream_chunks))
         run_until(t_end, s.stages, (self.stage, self.free_at, self.qlen, self.epoch),
-                  (self.prio, self.ema, self.order, self.banned, s.gamma), (w.fwd, w.bwd, s.service_cv),
+                  (self.prio, self.ema, self.weight, self.order, self.banned, s.gamma), (w.fwd, w.bwd, s.service_cv),
                   links, self.slots, self.heap, self.counters, self.sync, self.out, self.hops)
 
 

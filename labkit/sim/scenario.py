@@ -123,6 +123,7 @@ class SimScenario:
     trace: Trace = ()  # (time, change in peers) events
     churn: ChurnModel | None = None  # if set, the trace is generated from it (with `seed`)
     gamma: float = 0.1  # router EMA smoothing
+    debias_ema: bool = True  # a peer's first answer replaces the router's prior (False: the paper's plain EMA)
     epsilon: float = 1e-6  # router entry priority above the stage minimum
     bin_seconds: float = 60.0  # width of the throughput-over-time bins
     seed: int = 0  # seeds the trace, the leaver draws and service noise
@@ -181,6 +182,7 @@ class SimScenario:
         _check(self.churn is None or isinstance(self.churn, ChurnModel), o, "churn", self.churn, "None or a ChurnModel")
         _check(self.churn is None or not self.trace, o, "trace", self.trace, "empty when churn generates the trace")
         _check(_num(self.gamma) and 0 < self.gamma <= 1, o, "gamma", self.gamma, "a number in (0, 1]")
+        _check(isinstance(self.debias_ema, bool), o, "debias_ema", self.debias_ema, "True or False")
         _check(_num(self.epsilon) and 0 <= self.epsilon <= MAX_SECONDS, o, "epsilon", self.epsilon,
                f"a number from 0 to {MAX_SECONDS:g}")
         _check(_int(self.seed) and 0 <= self.seed < 2**32, o, "seed", self.seed,

@@ -42,7 +42,7 @@ def test_event_kernel_matches_plain_python(chunks: float):
     swarms = [_Swarm(s, w, 2000) for _ in range(2)]
     links = (w.hop_rtt / 2, w.hop_rtt / 2, w.hop_seconds - w.hop_rtt, chunks)
     for sw, fn in zip(swarms, (run_until, run_until.py_func)):
-        fn(60.0, s.stages, (sw.stage, sw.free_at, sw.qlen, sw.epoch), (sw.prio, sw.ema, sw.order, sw.banned, s.gamma),
+        fn(60.0, s.stages, (sw.stage, sw.free_at, sw.qlen, sw.epoch), (sw.prio, sw.ema, sw.weight, sw.order, sw.banned, s.gamma),
            (w.fwd, w.bwd, 0.0), links, sw.slots, sw.heap, sw.counters, sw.sync, sw.out, sw.hops)
     a, b = swarms
     assert a.counters[1] > 10
