@@ -63,6 +63,7 @@ class RunConfig:
     threads: int = 1  # torch intra-op threads (process-wide), at most MAX_THREADS; peers already run in parallel; 0 = torch default
     executor: Any = DEFAULT  # the executor and its own config: one of labkit.executors (its name for its defaults)
     links: str | None = None  # a `labkit simulate` scenario file whose links every trainer-peer request crosses; None = direct
+    world: str | None = None  # a scenario file (or preset world) the run lives in: its links, peers on virtual devices, churn
 
     def __post_init__(self) -> None:
         o = "RunConfig"
@@ -131,6 +132,8 @@ class RunConfig:
                + ", ".join(f"{s.config.__name__}(...)" for s in SPECS.values()) + ")")
         _check(self.links is None or (isinstance(self.links, str) and self.links != ""), o, "links", self.links,
                "None or the path of a scenario file (regions, links, and where each stage's peers sit)")
+        _check(self.world is None or (isinstance(self.world, str) and self.world != "" and self.links is None), o,
+               "world", self.world, "None, a preset world's name or a scenario file's path, with links=None (a world brings its links)")
         self.executor.check_run(self)
         if self.layer_split is None:
             object.__setattr__(self, "layer_split", even_split(self.model.n_layer, self.stages))

@@ -32,4 +32,5 @@ SPEC = ExecutorSpec(
     held=stage_copies,
     in_flight=lambda run: run.trainers * run.inflight,
     whatif=True,
+    worlds=True,
 )
