@@ -126,16 +126,17 @@ class LinkedFuture(Future):
 
 
 class Link:
-    """One trainer-peer link: `rtt` seconds round trip, `rate` bytes/s each way, one bucket per direction."""
+    """One trainer-peer link: `rtt` seconds round trip, `rate` bytes/s each way, one bucket per
+    direction; each payload counts `scale` times its bytes (a world's model's, for its stand-in's)."""
 
-    def __init__(self, rtt: float, rate: float) -> None:
-        self.latency = rtt / 2
+    def __init__(self, rtt: float, rate: float, scale: float = 1.0) -> None:
+        self.latency, self.scale = rtt / 2, scale
         self.up, self.down = TokenBucket(rate=rate), TokenBucket(rate=rate)
         self._lock = threading.Lock()
 
     def _delay(self, bucket: TokenBucket, nbytes: int) -> float:
         with self._lock:
-            return self.latency + bucket.send(nbytes, time.monotonic())
+            return self.latency + bucket.send(nbytes * self.scale, time.monotonic())
 
     def call(self, peer: PeerHandle, method: str, *args: Any) -> LinkedFuture:
         """Send `method(*args)` to `peer` once it has crossed the link; the reply crosses back."""
@@ -162,8 +163,8 @@ class Links:
     """The links from `origin` (a region of `scenario`) to every peer, as `scenario` places them:
     a trainer's (from the scenario's trainer region) or a peer's to its stage's other peers."""
 
-    def __init__(self, scenario: SimScenario, origin: str) -> None:
-        self.scenario, self.origin = scenario, origin
+    def __init__(self, scenario: SimScenario, origin: str, scale: float = 1.0) -> None:
+        self.scenario, self.origin, self.scale = scenario, origin, scale
         self._links: dict[str, Link] = {}
         self._lock = threading.Lock()  # a trainer's lanes share its links
 
@@ -171,7 +172,7 @@ class Links:
         """The link to `peer` (made on first use)."""
         with self._lock:
             if peer not in self._links:
-                self._links[peer] = Link(*region_link(self.scenario, self.origin, peer_region(self.scenario, peer)))
+                self._links[peer] = Link(*region_link(self.scenario, self.origin, peer_region(self.scenario, peer)), self.scale)
             return self._links[peer]
 
 

@@ -35,6 +35,19 @@ def device_table(scenario: SimScenario, device: str) -> tuple[list[float], list[
     return service_seconds(costs, device, scenario.efficiency, scenario.overhead_ms)
 
 
+def payload_scale(cfg: RunConfig, scenario: SimScenario | None) -> float:
+    """How many bytes a world's link counts for each byte the run sends a trainer-peer hop: the
+    world's model's activations of one microbatch (fp16, less its `compression`) over the run's
+    fp32 ones, so its links carry the world's payloads; 1 outside a world. (A stage's ring is
+    not scaled: it carries the run's own gradients.)"""
+    if cfg.world is None:
+        return 1.0
+    world = stage_costs(model=scenario.model, stages=scenario.stages, microbatch=scenario.microbatch,
+                        seq_len=scenario.seq_len, checkpointing=scenario.checkpointing,
+                        compression=scenario.compression, split=scenario.layer_split).activation_bytes
+    return world / (cfg.microbatch * cfg.model.seq_len * cfg.model.d_model * 4)
+
+
 class Pacing:
     """Paces one peer's data requests; `died()` is the error a kill raises in a held request."""
 

@@ -5,7 +5,8 @@ for a peer, sends the activations, and measures the response time into the route
 or timeout bans the peer and the hop is retried on another peer of the same stage. Backward
 retraces the forward's peers in reverse; if one of them is gone, the attempt ends and the ledger
 keeps the stages already credited, so only the missing ones are recomputed. With `cfg.links`,
-every request and reply crosses an emulated internet link (labkit/runtime/links.py).
+every request and reply crosses an emulated internet link (labkit/runtime/links.py); in a world
+(`cfg.world`) each counts the bytes the world's model would send (`pacing.payload_scale`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from labkit import events
 from labkit.config import RunConfig
 from labkit.data import WindowSampler
 from labkit.runtime.links import Links, load_links, payload_bytes
+from labkit.runtime.pacing import payload_scale
 from labkit.runtime.peer import PeerDied
 from labkit.runtime.ports import Directory, WorkSource
 from labkit.runtime.request_queue import timing
@@ -58,7 +60,7 @@ class Trainer:
         self.router = Router(gamma=cfg.gamma, debias=cfg.debias_ema)
         self._routing = threading.Lock()  # the router and `_seen` are shared by the lanes
         scenario = load_links(cfg)
-        self.links = None if scenario is None else Links(scenario, scenario.trainer_region)  # emulated internet links, if any
+        self.links = None if scenario is None else Links(scenario, scenario.trainer_region, payload_scale(cfg, scenario))
         self._seen: dict[str, tuple[int, int]] = {}  # peer -> (stage, announce epoch) last synced
         self._viewed = -ROUTER_EVENT_SECONDS  # run time of the last router event
         self.lanes = [threading.Thread(target=self._loop, args=(lane,), name=f"trainer-{lane}", daemon=True)

@@ -11,8 +11,8 @@ import pytest
 
 import labkit
 from labkit.config import ConfigError, ModelConfig, RunConfig
-from labkit.runtime.links import load_links, peer_device
-from labkit.runtime.pacing import device_table
+from labkit.runtime.links import load_links, peer_device, peer_region
+from labkit.runtime.pacing import device_table, payload_scale
 from labkit.runtime.world import world_config
 from tests.integration.test_equivalence import _reference_params
 
@@ -44,14 +44,19 @@ def world_run(small_run: RunConfig, world: str) -> RunConfig:
 
 
 def check_world(run: labkit.RunHandle, cfg: RunConfig) -> None:
-    """Every data request was held to its peer's virtual device (or its overrun reported), the
-    churn trace was replayed, and the parameters equal the single-process reference's."""
+    """Every hop crossed its link carrying the world's bytes, every data request was held to its
+    peer's virtual device (or its overrun reported), the churn trace was replayed, and the
+    parameters equal the single-process reference's."""
     summary = run.wait(300)
     assert summary["status"] == "finished", summary
     world = load_links(cfg)
     hops = run.events.history("hop")
     assert summary["device_requests"] == len(hops) > 0
-    for h in hops:
+    scale = payload_scale(cfg, world)  # xxlarge's 512 x 4096 fp16 activations for nano's 4 x 32 x 64 fp32
+    assert scale == 512 * 4096 * 2 / (4 * 32 * 64 * 4)
+    for h in hops:  # each trainer has one request at a time on its link: no queueing in the buckets
+        rtt_ms, mbps = (2.0, 1000.0) if peer_region(world, h["peer"]) == "eu" else (80.0, 100.0)
+        assert h["link_seconds"] == pytest.approx(rtt_ms / 1e3 + h["bytes"] * scale * 8 / (mbps * 1e6), rel=1e-6), h
         fwd, bwd = device_table(world, peer_device(world, h["peer"]))
         last = h["stage"] == cfg.stages - 1
         want = fwd[h["stage"]] + bwd[h["stage"]] if last else (fwd if h["direction"] == "forward" else bwd)[h["stage"]]
