@@ -16,7 +16,7 @@ import numpy as np
 
 from labkit import events
 from labkit.config import ConfigError
-from labkit.kernels.eventsim import RETRY, run_until, seed_noise
+from labkit.kernels.eventsim import PARKED, RETRY, run_until, seed_noise
 from labkit.kernels.fluid import optimum_rate, pick_leaver
 from labkit.kernels.iwrr import INITIAL_EMA, iwrr_entry
 from labkit.kernels.rebalance import rebalance_join, rebalance_move
@@ -41,15 +41,18 @@ class _Swarm:
         self.banned, self.counter = np.ones(P, np.bool_), 0
         for i in np.nonzero(self.stage >= 0)[0]:
             self.announce(int(i))
-        self.slots = (np.zeros(W, np.int64), np.full((W, S), -1, np.int64), np.zeros((W, S), np.int64),
-                      np.zeros(W), np.arange(W, dtype=np.int64))
-        # every slot starts by issuing its first hop at t = 0; a sorted array is a valid heap
+        # every slot starts by issuing its first hop at t = 0 (a sorted array is a valid heap), but
+        # with a step barrier only as many as the first step has microbatches: the rest wait
+        barrier = s.boundary_seconds is not None and w.group > 0
+        first = min(W, w.group) if barrier else W
+        self.slots = (np.where(np.arange(W) < first, 0, PARKED).astype(np.int64), np.full((W, S), -1, np.int64),
+                      np.zeros((W, S), np.int64), np.zeros(W), np.arange(W, dtype=np.int64))
         self.heap = (np.zeros(W), np.arange(W, dtype=np.int64), np.arange(W, dtype=np.int64),
-                     np.full(W, RETRY, np.int64), np.array([W, W], np.int64))
-        self.counters = np.array([W, 0, 0, W], np.int64)
+                     np.full(W, RETRY, np.int64), np.array([first, W], np.int64))
+        self.counters = np.array([first, 0, 0, first, first], np.int64)
         n = np.arange(P + 2, dtype=float)
         t_ar = np.where(n > 1, 2 * (n - 1) / np.maximum(n, 1) * w.ar_time[:, None] + 2 * w.ar_rtt, 0.0)
-        self.sync = (w.group, t_ar)
+        self.sync = (w.group, t_ar, float(s.boundary_seconds) if barrier else -1.0)
         bins = math.ceil(s.duration / s.bin_seconds)
         self.work, self.busy, self.optimal = np.zeros(bins), np.zeros((bins, S)), np.zeros(bins)
         self.peer_seconds = np.zeros((bins, S))
@@ -161,8 +164,9 @@ def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 20
         x_opt = sw.rate_of_optimum()
     out += _hop_and_step_events(s, w, sw)
     out.append(events.run(s.duration, state="finished"))
-    entered, finished, lost, _ = (int(c) for c in sw.counters)
-    counters = {"entered": entered, "finished": finished, "lost": lost, "in_flight": entered - finished - lost}
+    entered, finished, lost = (int(c) for c in sw.counters[:3])
+    redone = lost if sw.sync[2] >= 0 else 0  # with a step barrier a lost microbatch is redone, not entered again
+    counters = {"entered": entered, "finished": finished, "lost": lost, "in_flight": entered - finished - lost + redone}
     return SimResult(mode="events", bin_seconds=s.bin_seconds, samples_per_microbatch=s.microbatch, work=sw.work,
                      optimal=sw.optimal, stage_busy=sw.busy, peer_seconds=sw.peer_seconds, events=out,
                      counters=counters, wall_seconds=time.perf_counter() - start)

@@ -114,6 +114,8 @@ class SimScenario:
     compression: float = 1.0  # activations and gradients are this many times smaller on the wire
     service_cv: float = 0.2  # coefficient of variation of compute times (gamma distributed)
     global_batch: int | None = None  # samples per optimizer step (all-reduce per stage); None = none
+    boundary_seconds: float | None = None  # with a global batch: trainers wait at each step boundary (as the runtime's
+    # do) for the step's last microbatch, then this many seconds in place of the modelled all-reduce; None = no barrier
     rebalance_period: float | None = None  # Algorithm 2 period T in seconds; None = no rebalancing
     move_seconds: float | None = None  # downtime of a moving peer; None = stage state / bandwidth
     directed_joins: bool = True  # with rebalancing, newcomers join the stage Algorithm 2 picks; else uniform
@@ -167,6 +169,9 @@ class SimScenario:
                f"a number from 1 to {MAX_COMPRESSION:g}")
         _check(self.global_batch is None or (_int(self.global_batch) and self.global_batch >= self.microbatch), o,
                "global_batch", self.global_batch, f"None or an integer >= microbatch={self.microbatch}")
+        _check(self.boundary_seconds is None or (self.global_batch is not None and _num(self.boundary_seconds)
+                                                 and 0 <= self.boundary_seconds <= MAX_SECONDS), o, "boundary_seconds",
+               self.boundary_seconds, f"None, or with a global batch a number of seconds from 0 to {MAX_SECONDS:g}")
         for name in ("rebalance_period", "move_seconds"):
             value = getattr(self, name)
             low = 0 if name == "move_seconds" else 1e-9

@@ -143,3 +143,20 @@ def test_spreading_time_over_bins_of_an_inexact_width_ends() -> None:
         a = k * width
     _spread(bins, 1.0, a, duration, width)
     assert bins.sum() == pytest.approx(duration)
+
+
+def test_a_step_barrier_holds_trainers_for_the_steps_last_microbatch_and_the_boundary():
+    """6 slots, 4 microbatches a step (4 peers a stage: no queueing): each step is one trip of 4
+    microbatches at once, then the boundary, so steps come every trip + boundary seconds."""
+    s = _equal(per_stage=4, trainers=2, window=3, rtt_ms=80.0, global_batch=16, boundary_seconds=0.5)
+    w = build_world(s)
+    trip = 2 * s.stages * w.hop_seconds[0] + (w.fwd[0] + w.bwd[0]).sum()
+    r = simulate(s, "events")
+    steps = [e["t"] for e in r.events if e["type"] == "step"]
+    assert len(steps) > 10
+    assert np.diff(steps) == pytest.approx(trip + 0.5, rel=1e-6)
+    assert 0 <= r.counters["finished"] - 4 * len(steps) < 4 and r.counters["in_flight"] <= 4
+    churn = simulate(_equal(per_stage=4, trainers=4, window=4, global_batch=32, boundary_seconds=0.5, duration=600.0,
+                            trace=((100.0, -3), (200.0, 4), (350.0, -2)), rebalance_period=30.0, service_cv=0.3),
+                     "events").counters
+    assert churn["lost"] > 0 and churn["entered"] == churn["finished"] + churn["in_flight"]  # lost ones are redone
