@@ -63,8 +63,10 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
     """Process every event before `t_end`; state lives in the arrays passed in and is updated.
 
     peers = (stage, free_at, qlen, epoch) per peer; router = (prio, ema, weight, order, banned, gamma);
-    service = (fwd, bwd, cv) with fwd/bwd[i, s] seconds; links = (out, back, payload, chunks):
-    request and answer latency and payload seconds per peer, and the pieces a payload streams in;
+    service = (fwd, bwd, cv) with fwd/bwd[i, s] seconds; links = (out, back, payload, chunks, relay):
+    request and answer latency and payload seconds per peer, the pieces a payload streams in, and
+    whether hops are the runtime's (trainers relay: a middle stage's answer carries a payload back,
+    and the last stage's forward and backward share one round trip, as its one loss request);
     slots = (pos, path, path_epoch, sent, mb_id); heap = (time, seq, slot, kind, size/seq box);
     counters[0..4] = entered, finished, lost, next microbatch id, entered this step; sync = (group,
     t_ar by stage count function table t_ar[n], boundary: with a global batch, < 0 for the paper's
@@ -77,7 +79,7 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
     stage, free_at, qlen, epoch = peers
     prio, ema, weight, order, banned, gamma = router
     fwd, bwd, cv = service
-    hop_out, hop_back, payload, chunks = links
+    hop_out, hop_back, payload, chunks, relay = links
     pos, path, path_epoch, sent, mb_id = slots
     h_time, h_seq, h_slot, h_kind, box = heap
     group, t_ar, boundary = sync
@@ -111,7 +113,12 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
             if epoch[p] == path_epoch[w, s]:
                 qlen[p] -= 1
             box[1] += 1
-            box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t + hop_back[p], w, RESPOND)
+            back = hop_back[p]
+            if relay and s == num_stages - 1 and forward:
+                back = 0.0  # the runtime's last stage answers forward, loss and backward in one request
+            elif relay and 0 < s < num_stages - 1:
+                back += payload[p]  # a middle stage's answer (activations, or their gradients) comes back
+            box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t + back, w, RESPOND)
             continue
         elif kind == RESPOND:
             if epoch[p] != path_epoch[w, s]:
@@ -148,7 +155,7 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
             else:
                 _new_microbatch(w, pos, counters, mb_id)
         _issue(t, w, num_stages, stage, prio, ema, order, banned, epoch, pos, path, path_epoch, sent,
-               hop_out, h_time, h_seq, h_slot, h_kind, box)
+               hop_out, relay, h_time, h_seq, h_slot, h_kind, box)
 
 
 @njit(cache=True)
@@ -189,7 +196,7 @@ def _release(t, group, pos, counters, mb_id, h_time, h_seq, h_slot, h_kind, box)
 
 
 @njit(cache=True)
-def _issue(t, w, num_stages, stage, prio, ema, order, banned, epoch, pos, path, path_epoch, sent, hop_out,
+def _issue(t, w, num_stages, stage, prio, ema, order, banned, epoch, pos, path, path_epoch, sent, hop_out, relay,
            h_time, h_seq, h_slot, h_kind, box):
     """Send slot w's microbatch on its next hop: IWRR forward, the remembered peer backward."""
     forward = pos[w] < num_stages
@@ -205,7 +212,8 @@ def _issue(t, w, num_stages, stage, prio, ema, order, banned, epoch, pos, path, 
     p = path[w, s]
     sent[w] = t
     box[1] += 1
-    box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t + hop_out[p], w, ARRIVE)
+    out = 0.0 if relay and not forward and s == num_stages - 1 else hop_out[p]  # the last stage's one request
+    box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t + out, w, ARRIVE)
 
 
 @njit(cache=True)

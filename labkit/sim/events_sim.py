@@ -88,7 +88,7 @@ class _Swarm:
 
     def advance(self, t_end: float) -> None:
         w, s = self.w, self.s
-        links = (w.hop_rtt / 2, w.hop_rtt / 2, w.hop_seconds - w.hop_rtt, float(s.stream_chunks))
+        links = (w.hop_rtt / 2, w.hop_rtt / 2, w.hop_seconds - w.hop_rtt, float(s.stream_chunks), s.relay)
         run_until(t_end, s.stages, (self.stage, self.free_at, self.qlen, self.epoch),
                   (self.prio, self.ema, self.weight, self.order, self.banned, s.gamma), (w.fwd, w.bwd, s.service_cv),
                   links, self.slots, self.heap, self.counters, self.sync, self.out, self.hops)

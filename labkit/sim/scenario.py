@@ -119,6 +119,8 @@ class SimScenario:
     rebalance_period: float | None = None  # Algorithm 2 period T in seconds; None = no rebalancing
     move_seconds: float | None = None  # downtime of a moving peer; None = stage state / bandwidth
     directed_joins: bool = True  # with rebalancing, newcomers join the stage Algorithm 2 picks; else uniform
+    relay: bool = False  # events mode: hops as labkit's runtime makes them (trainers relay: a middle stage's answer
+    # carries a payload back; the last stage's forward and backward share one round trip); False = the paper's hops
     stream_chunks: int = 1  # events mode: payloads stream in this many chunks and a peer computes a chunk as soon
     # as it is in, so transfer hides behind compute (SWARM App. F); 1 = the whole payload first, then compute
     duration: float = 600.0  # simulated seconds
@@ -188,6 +190,7 @@ class SimScenario:
         _check(self.churn is None or not self.trace, o, "trace", self.trace, "empty when churn generates the trace")
         _check(_num(self.gamma) and 0 < self.gamma <= 1, o, "gamma", self.gamma, "a number in (0, 1]")
         _check(isinstance(self.debias_ema, bool), o, "debias_ema", self.debias_ema, "True or False")
+        _check(isinstance(self.relay, bool), o, "relay", self.relay, "True or False")
         _check(_num(self.epsilon) and 0 <= self.epsilon <= MAX_SECONDS, o, "epsilon", self.epsilon,
                f"a number from 0 to {MAX_SECONDS:g}")
         _check(_int(self.seed) and 0 <= self.seed < 2**32, o, "seed", self.seed,

@@ -160,3 +160,13 @@ def test_a_step_barrier_holds_trainers_for_the_steps_last_microbatch_and_the_bou
                             trace=((100.0, -3), (200.0, 4), (350.0, -2)), rebalance_period=30.0, service_cv=0.3),
                      "events").counters
     assert churn["lost"] > 0 and churn["entered"] == churn["finished"] + churn["in_flight"]  # lost ones are redone
+
+
+def test_relayed_hops_count_the_runtimes_round_trips_and_payloads():
+    """As the runtime's trainers relay: 2S - 1 round trips (the last stage's is one request) and
+    4S - 4 payloads (a middle stage's answer comes back; stage 0 sends tokens up, no gradient down)."""
+    s = _equal(trainers=1, window=1, rtt_ms=80.0, bandwidth_mbps=200.0, relay=True)
+    w = build_world(s)
+    payload = w.hop_seconds[0] - w.hop_rtt[0]
+    trip = (2 * s.stages - 1) * w.hop_rtt[0] + (4 * s.stages - 4) * payload + (w.fwd[0] + w.bwd[0]).sum()
+    assert simulate(s, "events").work.sum() / s.duration == pytest.approx(1 / trip, rel=0.02)
