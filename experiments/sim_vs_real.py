@@ -5,14 +5,10 @@ T4, V100, RTX3080 and A100, one LAN or two continents, fp32 or int8 on the wire,
 off, with or without churn) pricing SWARM's xxlarge (1 x 512 tokens a microbatch). The real run is
 `RunConfig(world=<file>)`: every peer on its virtual device behind the file's links, training the
 nano stand-in, the file's churn replayed through the handle (labkit/runtime/world.py). The
-simulator runs the same file with the runtime's hops (`relay`: trainers relay activations, the
-last stage answers in one request), its step barrier (`global_batch`, with `boundary_seconds` the
-real run's median gap between a step's last answer and the next step's first request: the step
-boundary reduces the stand-in's gradients, which the world does not price) and the wire bytes of
-the run's codec (`compression`: the stand-in's fp32 activations over the codec's encoding of them).
-Nothing else is taken from the real run. Throughput is microbatches per second over the steps
-after the first (both sides by their step events); a peer's share is of its stage's forward hops
-after the first 10 % of the run.
+simulator runs the same file as `labkit.lab.worlds.simulate_like` says (the runtime's hops, its
+step barrier with the real run's boundary gap, the codec's wire bytes; nothing else is taken from
+the real run). Throughput is microbatches per second over the steps after the first (both sides by
+their step events); a peer's share is of its stage's forward hops after the first 10 % of the run.
 
     python experiments/sim_vs_real.py [--backend inprocess] [--steps 5] [--only NAME,...]
 
@@ -22,27 +18,21 @@ Last line: sim_vs_real worlds=<n> within_10pct=<m> worst_throughput_gap=<x> wors
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
 import labkit
 from experiments._runs import parse_with_out, print_table
 from labkit.config import CompressionConfig, RunConfig
-from labkit.sim import SimScenario
-from labkit.sim.events_sim import run_events
+from labkit.lab.worlds import boundary_gaps, measure, simulate_like
 from labkit.runtime.world import world_config
-from labkit.wire import get_codec
-
-WARMUP = 0.1  # share of each run's time left out of the shares
+from labkit.sim import SimScenario
 MIX = (("T4", 3), ("V100", 2), ("RTX3080", 2), ("A100", 1))  # of every 8 peers of a mixed stage
 LAN = [{"a": "eu", "b": "eu", "rtt_ms": 2.0, "bandwidth_mbps": 1000.0}]
 TWO_CONTINENTS = LAN + [{"a": "eu", "b": "us", "rtt_ms": 100.0, "bandwidth_mbps": 200.0}]
@@ -77,49 +67,6 @@ def worlds() -> list[tuple[str, dict[str, Any], str]]:
             world(2, 2, True, True, "int8", churn=True)]
 
 
-def compression(cfg: RunConfig, codec: str) -> float:
-    """How many times smaller `codec` puts the stand-in's activations on the wire than fp32."""
-    x = torch.randn(cfg.microbatch, cfg.model.seq_len, cfg.model.d_model)
-    return x.numel() * 4 / get_codec(codec).encode(x).nbytes
-
-
-def gaps(events: list[dict[str, Any]]) -> list[float]:
-    """Per step after the first: seconds from its last answer to the next step's first request."""
-    hops = sorted(events_of(events, "hop"), key=lambda h: h["t"])
-    out = []
-    for step in events_of(events, "step")[:-1]:
-        last = max((h["t"] for h in hops if h["t"] <= step["t"]), default=None)
-        first = min((h["t"] - h["seconds"] for h in hops if h["t"] - h["seconds"] >= step["t"]), default=None)
-        if last is not None and first is not None:
-            out.append(first - last)
-    return out
-
-
-def events_of(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [e for e in events if e["type"] == kind]
-
-
-def measure(events: list[dict[str, Any]], microbatches_per_step: int) -> dict[str, Any]:
-    """Microbatches/s over the steps after the first; each peer's share of its stage's forward hops."""
-    steps = events_of(events, "step")
-    rate = (len(steps) - 1) * microbatches_per_step / (steps[-1]["t"] - steps[0]["t"])
-    hops = events_of(events, "hop")
-    start, end = min(h["t"] for h in hops), max(h["t"] for h in hops)
-    steady = [h for h in hops if h["t"] >= start + WARMUP * (end - start) and h["direction"] == "forward"]
-    per_peer = Counter((h["stage"], h["peer"]) for h in steady)
-    per_stage = Counter(h["stage"] for h in steady)
-    return {"rate": rate, "share": {p: n / per_stage[s] for (s, p), n in per_peer.items()}}
-
-
-def sim_names(s: SimScenario) -> dict[str, str]:
-    """The simulator's peer names -> the runtime's (`s{stage}p{k}` in file order)."""
-    names, k = {}, Counter()
-    for i, g in enumerate(g for g in s.peers for _ in range(g.count)):
-        names[f"peer-{i:05d}"] = f"s{g.stage}p{k[g.stage]}"
-        k[g.stage] += 1
-    return names
-
-
 def compare(name: str, fields: dict[str, Any], codec: str, backend: str, steps: int, folder: Path) -> dict[str, Any]:
     """One world both ways."""
     path = folder / f"world{abs(hash(name))}.json"
@@ -132,15 +79,8 @@ def compare(name: str, fields: dict[str, Any], codec: str, backend: str, steps: 
         raise RuntimeError(f"{name}: {summary}")
     events = run.events.history()
     real = measure(events, cfg.microbatches_per_step)
-    boundary = statistics.median(gaps(events))
-    steps_at = events_of(events, "step")
-    s = dataclasses.replace(SimScenario.from_dict(fields), relay=True, boundary_seconds=boundary,
-                            compression=compression(cfg, codec), duration=steps_at[-1]["t"] - min(
-                                e["t"] for e in events if e["type"] == "run" and e["state"] == "started"),
-                            bin_seconds=1.0, window=fields["window"])
-    rename = sim_names(s)
-    sim_events = [e | {"peer": rename.get(e["peer"], e["peer"])} if "peer" in e else e for e in run_events(s).events]
-    sim = measure(sim_events, cfg.microbatches_per_step)
+    sim = measure(simulate_like(SimScenario.from_dict(fields), cfg, events), cfg.microbatches_per_step)
+    boundary = statistics.median(boundary_gaps(events))
     share_gap = max(abs(sim["share"].get(p, 0.0) - real["share"].get(p, 0.0)) for p in set(sim["share"]) | set(real["share"]))
     return {"name": name, "backend": backend, "peers": sum(cfg.peers_per_stage), "real": real["rate"], "sim": sim["rate"],
             "gap": sim["rate"] / real["rate"] - 1, "share_gap_pts": 100 * share_gap, "boundary_s": boundary,

@@ -107,8 +107,10 @@ def check_events(s: SimScenario, max_hops: int) -> None:
 
 
 def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 200_000,
-               progress: Callable[[float], None] | None = None) -> SimResult:
-    """Simulate `s` microbatch by microbatch; hop, peer, step and run events (hops capped).
+               progress: Callable[[float], None] | None = None, loads: bool = False) -> SimResult:
+    """Simulate `s` microbatch by microbatch; hop, peer, step and run events (hops capped), and
+    with `loads` every serving peer's queue length each `bin_seconds` (load events, as the
+    runtime publishes them).
 
     `progress(t)` is called with the virtual time reached after each membership segment.
     """
@@ -122,11 +124,13 @@ def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 20
             for i in np.nonzero(sw.stage >= 0)[0]]
     period = s.rebalance_period or math.inf
     next_tick, k, next_slot, t = period, 0, int((w.stage0 >= 0).sum()), 0.0
+    next_load = s.bin_seconds if loads else math.inf
     rank = np.arange(len(w.names), dtype=np.int64)
     x_opt = sw.rate_of_optimum()
     while t < s.duration:
         pending = sw.ready_at[sw.banned & (sw.stage >= 0)]
-        t_next = min(s.duration, next_tick, w.ev_t[k] if k < len(w.ev_t) else math.inf, pending.min(initial=math.inf))
+        t_next = min(s.duration, next_tick, next_load, w.ev_t[k] if k < len(w.ev_t) else math.inf,
+                     pending.min(initial=math.inf))
         _spread(sw.optimal, x_opt, t, t_next, s.bin_seconds)
         per_stage = np.bincount(sw.serving()[sw.serving() >= 0], minlength=s.stages)
         for stage in range(s.stages):
@@ -153,6 +157,10 @@ def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 20
                 sw.leave(i, int(joined), t)
                 out.append(events.peer(t, peer=w.names[i], stage=int(joined), state="joined", queue=0))
             k += 1
+        if next_load <= t:
+            out += [events.load(t, peer=w.names[i], stage=int(sw.stage[i]), queue=int(sw.qlen[i]))
+                    for i in np.nonzero(sw.serving() >= 0)[0]]
+            next_load += s.bin_seconds
         if next_tick <= t:
             out += [events.peer(t, peer=w.names[i], stage=int(sw.stage[i]), state="alive", queue=int(sw.qlen[i]))
                     for i in np.nonzero(sw.serving() >= 0)[0]]

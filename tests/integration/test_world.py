@@ -13,7 +13,9 @@ import labkit
 from labkit.config import ConfigError, ModelConfig, RunConfig
 from labkit.runtime.links import load_links, peer_device, peer_region
 from labkit.runtime.pacing import device_table, payload_scale
+from labkit.lab.worlds import measure, simulate_like
 from labkit.runtime.world import world_config
+from labkit.sim import SimScenario
 from tests.integration.test_equivalence import _reference_params
 
 # seconds after the run started: the world's churn trace. Both come before the run can end: its 24
@@ -78,7 +80,15 @@ def check_world(run: labkit.RunHandle, cfg: RunConfig) -> None:
 def test_a_world_runs_on_virtual_devices_with_its_churn_and_stays_exact(small_run: RunConfig, tmp_path: Path) -> None:
     cfg = world_run(small_run, small_world(tmp_path))
     assert (cfg.stages, cfg.peers, cfg.trainers, cfg.world) == (2, (2, 2), 2, str(tmp_path / "small_world.json"))
-    check_world(labkit.launch(cfg), cfg)
+    run = labkit.launch(cfg)
+    check_world(run, cfg)
+    events = run.events.history()  # and the simulator's prediction of the same world, measured alike
+    sim = simulate_like(SimScenario.load(cfg.world), cfg, events, loads=True)
+    assert {e["peer"] for e in sim if e["type"] == "hop"} <= {f"s{s}p{k}" for s in (0, 1) for k in (0, 1, 2)}
+    assert any(e["type"] == "load" for e in sim) and len([e for e in sim if e["type"] == "step"]) >= 2
+    for side in (events, sim):
+        m = measure(side, cfg.microbatches_per_step)
+        assert m["rate"] > 0 and sum(m["share"].values()) == pytest.approx(2.0)  # two stages' shares
 
 
 def test_a_bad_world_is_one_clear_error(small_run: RunConfig, tmp_path: Path) -> None:

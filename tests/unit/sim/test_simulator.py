@@ -170,3 +170,15 @@ def test_relayed_hops_count_the_runtimes_round_trips_and_payloads():
     payload = w.hop_seconds[0] - w.hop_rtt[0]
     trip = (2 * s.stages - 1) * w.hop_rtt[0] + (4 * s.stages - 4) * payload + (w.fwd[0] + w.bwd[0]).sum()
     assert simulate(s, "events").work.sum() / s.duration == pytest.approx(1 / trip, rel=0.02)
+
+
+def test_load_events_come_every_bin_and_change_nothing_else():
+    from labkit.sim.events_sim import run_events
+
+    s = _equal(per_stage=2, trainers=4, window=2, duration=30.0, bin_seconds=5.0)
+    plain, with_loads = run_events(s), run_events(s, loads=True)
+    loads = [e for e in with_loads.events if e["type"] == "load"]
+    assert sorted({e["t"] for e in loads}) == [5.0, 10.0, 15.0, 20.0, 25.0]
+    assert len(loads) == 5 * 8 and max(e["queue"] for e in loads) >= 1
+    assert plain.counters == with_loads.counters
+    assert [e for e in with_loads.events if e["type"] != "load"] == plain.events
