@@ -48,26 +48,40 @@ def codec_compression(cfg: RunConfig) -> float:
     return x.numel() * 4 / get_codec(cfg.compression.codec).encode(x).nbytes
 
 
-def runtime_names(s: SimScenario) -> dict[str, str]:
-    """The simulator's initial peer names -> the runtime's (`s{stage}p{k}`, file order)."""
-    names, k = {}, Counter()
+def runtime_names(s: SimScenario, events: list[Event]) -> dict[str, list[tuple[float, str]]]:
+    """Per simulated peer, from when on it bears which of the runtime's names: the k-th initial
+    peer of stage s is `s{s}p{k}` (file order); a joiner, or a peer moved to stage s, takes the
+    stage's next number, as the runtime names them (`Membership._next_name`)."""
+    names: dict[str, list[tuple[float, str]]] = {}
+    count = Counter()
     for i, g in enumerate(g for g in s.peers for _ in range(g.count)):
-        names[f"peer-{i:05d}"] = f"s{g.stage}p{k[g.stage]}"
-        k[g.stage] += 1
+        names[f"peer-{i:05d}"] = [(0.0, f"s{g.stage}p{count[g.stage]}")]
+        count[g.stage] += 1
+    for e in of_type(events, "peer"):
+        if e["state"] in ("moved", "joined") and e["t"] > 0:
+            names.setdefault(e["peer"], []).append((e["t"], f"s{e['stage']}p{count[e['stage']]}"))
+            count[e["stage"]] += 1
     return names
+
+
+def _named(e: Event, names: dict[str, list[tuple[float, str]]]) -> Event:
+    """Event `e` of the simulator under the runtime's name its peer bore at its time."""
+    if "peer" not in e or e["peer"] not in names:
+        return e
+    return e | {"peer": [name for t, name in names[e["peer"]] if t <= e["t"]][-1]}
 
 
 def simulate_like(s: SimScenario, cfg: RunConfig, events: list[Event], *, loads: bool = False) -> list[Event]:
     """The simulator's events for world `s` as the run of `cfg` whose `events` are given runs it:
-    the same span from its start, peers under the runtime's names."""
+    the same span from its start, peers under the runtime's names (`runtime_names`)."""
     started = next(e["t"] for e in of_type(events, "run") if e["state"] == "started")
     steps = of_type(events, "step")
     s = dataclasses.replace(s, relay=True, global_batch=cfg.global_batch,
                             boundary_seconds=statistics.median(boundary_gaps(events)),
                             compression=codec_compression(cfg), duration=steps[-1]["t"] - started, bin_seconds=1.0)
-    rename = runtime_names(s)
-    return [e | {"peer": rename.get(e["peer"], e["peer"])} if "peer" in e else e
-            for e in run_events(s, loads=loads).events]
+    sim = run_events(s, loads=loads).events
+    names = runtime_names(s, sim)
+    return [_named(e, names) for e in sim]
 
 
 def measure(events: list[Event], microbatches_per_step: int) -> dict[str, Any]:
