@@ -2,7 +2,7 @@
 prediction of the same file, measured alike (experiments/sim_vs_real.py, notebook 13).
 
 The simulator gets the file itself plus what the file cannot say about the run: the runtime's
-hops (`relay`), its step barrier at the run's global batch with the real run's median gap between a step's last answer
+hops (`relay`) and routers (one per trainer), its step barrier at the run's global batch with the real run's median gap between a step's last answer
 and the next step's first request (`boundary_seconds`: the boundary reduces the stand-in's
 gradients, which the world does not price), and the wire bytes of the run's codec
 (`compression`). Nothing else comes from the real run.
@@ -76,7 +76,7 @@ def simulate_like(s: SimScenario, cfg: RunConfig, events: list[Event], *, loads:
     the same span from its start, peers under the runtime's names (`runtime_names`)."""
     started = next(e["t"] for e in of_type(events, "run") if e["state"] == "started")
     steps = of_type(events, "step")
-    s = dataclasses.replace(s, relay=True, global_batch=cfg.global_batch,
+    s = dataclasses.replace(s, relay=True, routers="trainer", global_batch=cfg.global_batch,
                             boundary_seconds=statistics.median(boundary_gaps(events)),
                             compression=codec_compression(cfg), duration=steps[-1]["t"] - started, bin_seconds=1.0)
     sim = run_events(s, loads=loads).events
