@@ -13,6 +13,7 @@ every peer but those a rebalancing moved (the runtime restarts a moved peer unde
 the joiners' device and region, the simulator keeps its own).
 
     python experiments/sim_vs_real.py [--backend inprocess] [--steps 5] [--only NAME,...]
+    python experiments/sim_vs_real.py --plain experiments/scenarios/two_continents.json   # real compute
 
 Last line: sim_vs_real worlds=<n> within_10pct=<m> worst_throughput_gap=<x> worst_share_gap_pts=<y>
 """
@@ -31,8 +32,8 @@ from tqdm import tqdm
 
 import labkit
 from experiments._runs import parse_with_out, print_table
-from labkit.config import CompressionConfig, RunConfig
-from labkit.lab.worlds import boundary_gaps, measure, simulate_like
+from labkit.config import CompressionConfig, ModelConfig, RunConfig
+from labkit.lab.worlds import boundary_gaps, measure, simulate_like, solo_seconds
 from labkit.runtime.world import world_config
 from labkit.sim import SimScenario
 MIX = (("T4", 3), ("V100", 2), ("RTX3080", 2), ("A100", 1))  # of every 8 peers of a mixed stage
@@ -95,12 +96,45 @@ def compare(name: str, fields: dict[str, Any], codec: str, backend: str, steps: 
             "real_share": real["share"], "sim_share": sim["share"]}
 
 
+def links_config(s: SimScenario, path: str, steps: int, debias: bool) -> RunConfig:
+    """The scenario as a real run over its links (no virtual devices): its model, shape and trainers."""
+    peers = tuple(sum(g.count for g in s.peers if g.stage == st) for st in range(s.stages))
+    return RunConfig(model=ModelConfig(size=s.model, seq_len=s.seq_len), stages=s.stages, peers=peers,
+                     trainers=s.trainers, microbatch=s.microbatch, global_batch=256, steps=steps, gamma=s.gamma,
+                     debias_ema=debias, rebalance_period=0, eval_every=0, eval_batches=1, links=path)
+
+
+def plain(path: str, steps: int, codec: str) -> dict[str, Any]:
+    """The scenario at `path` as a links-only run on real compute (no virtual devices), against the
+    simulator with every peer on one host of this machine's cores (`simulate_like(solo=...)`)."""
+    s = SimScenario.load(path)
+    cfg = links_config(s, path, steps, s.debias_ema).replace(compression=CompressionConfig(codec=codec))
+    solo = solo_seconds(cfg)
+    run = labkit.launch(cfg)
+    if run.wait()["status"] != "finished":
+        raise RuntimeError(f"{path}: {run.summary()}")
+    events = run.events.history()
+    real = measure(events, cfg.microbatches_per_step)
+    sim = measure(simulate_like(s, cfg, events, solo=solo), cfg.microbatches_per_step)
+    return {"name": f"{s.name} {codec}, real compute", "real": real["rate"], "sim": sim["rate"],
+            "gap": sim["rate"] / real["rate"] - 1, "solo_seconds": solo}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="inprocess", choices=["inprocess", "dask"])
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--only", default=None, help="comma-separated world names (default: the whole grid)")
+    parser.add_argument("--plain", default=None, metavar="SCENARIO",
+                        help="instead: this scenario as a links-only run on real compute, fp32 and int8")
     args, out = parse_with_out(parser)
+    if args.plain:
+        rows = [plain(args.plain, args.steps, codec) for codec in ("fp32", "int8")]
+        print_table(f"\n{args.plain} on real compute ({time.strftime('%Y-%m-%d %H:%M')})",
+                    ["run", "real mb/s", "sim mb/s", "sim - real"],
+                    [[r["name"], f"{r['real']:.2f}", f"{r['sim']:.2f}", f"{r['gap']:+.1%}"] for r in rows])
+        (out / "sim_vs_real_plain.json").write_text(json.dumps(rows, indent=1))
+        return
     grid = [w for w in worlds() if args.only is None or w[0] in args.only.split(",")]
     results = []
     with tempfile.TemporaryDirectory() as folder:

@@ -64,7 +64,9 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
 
     peers = (stage, free_at, qlen, epoch) per peer; router = (prio, ema, weight, order, banned, gamma, window):
     a router per row of prio, ema and weight, slot w routing with row w // window (one row: all share it);
-    service = (fwd, bwd, cv) with fwd/bwd[i, s] seconds; links = (out, back, payload, chunks, relay):
+    service = (fwd, bwd, cv, cores) with fwd/bwd[i, s] seconds and `cores` the times each core of the
+    one host every peer shares becomes free (empty: a device each): a computation also waits for
+    the first free core, so the host never computes more than its cores at once; links = (out, back, payload, chunks, relay):
     request and answer latency and payload seconds per peer, the pieces a payload streams in, and
     whether hops are the runtime's (trainers relay: a middle stage's answer carries a payload back,
     and the last stage's forward and backward share one round trip, as its one loss request);
@@ -79,7 +81,7 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
     """
     stage, free_at, qlen, epoch = peers
     prio, ema, weight, order, banned, gamma, window = router
-    fwd, bwd, cv = service
+    fwd, bwd, cv, cores = service
     hop_out, hop_back, payload, chunks, relay = links
     pos, path, path_epoch, sent, mb_id = slots
     h_time, h_seq, h_slot, h_kind, box = heap
@@ -105,6 +107,10 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
                 if cv > 0.0:
                     seconds *= np.random.gamma(1.0 / (cv * cv), cv * cv)
                 start = max(t + payload[p] / chunks, free_at[p])
+                if cores.shape[0] > 0:  # peers sharing a host: the computation waits for its first free core
+                    c = np.argmin(cores)
+                    start = max(start, cores[c])
+                    cores[c] = start + seconds
                 free_at[p] = max(start + seconds, t + payload[p] + seconds / chunks)
                 _book(busy, s, start, seconds, bin_seconds)
                 box[1] += 1

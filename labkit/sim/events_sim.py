@@ -41,6 +41,7 @@ class _Swarm:
         self.prio, self.ema, self.order = np.zeros((routers, P)), np.zeros((routers, P)), np.zeros(P, np.int64)
         self.weight = np.zeros((routers, P))  # share of each EMA that is measured (labkit.kernels.iwrr.ema_fold)
         self.banned, self.counter = np.ones(P, np.bool_), 0
+        self.cores = np.zeros(s.host_cores or 0)  # when each core of a shared host is free next
         self.router = (self.prio, self.ema, self.weight, self.order, self.banned, s.gamma, s.window if routers > 1 else W)
         for i in np.nonzero(self.stage >= 0)[0]:
             self.announce(int(i))
@@ -94,7 +95,7 @@ class _Swarm:
         w, s = self.w, self.s
         links = (w.hop_rtt / 2, w.hop_rtt / 2, w.hop_seconds - w.hop_rtt, float(s.stream_chunks), s.relay)
         run_until(t_end, s.stages, (self.stage, self.free_at, self.qlen, self.epoch),
-                  self.router, (w.fwd, w.bwd, s.service_cv),
+                  self.router, (w.fwd, w.bwd, s.service_cv, self.cores),
                   links, self.slots, self.heap, self.counters, self.sync, self.out, self.hops)
 
 
