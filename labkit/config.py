@@ -51,6 +51,7 @@ class RunConfig:
     warmup_steps: int = 5  # linear warm-up from lr/warmup to lr
     weight_decay: float = 0.01  # decoupled weight decay, in [0, MAX_WEIGHT_DECAY]
     gamma: float = 0.1  # EMA smoothing of peer response times in the router
+    debias_ema: bool = True  # a peer's first answer replaces the router's prior (False: the paper's plain EMA)
     peer_timeout: float = 30.0  # seconds a trainer waits for a peer before banning it, at most MAX_WAIT
     rebalance_period: float = 300.0  # seconds between Algorithm 2 rounds (as in the paper); 0 = off; <= MAX_WAIT
     delayed_updates: bool = False  # delayed parameter updates: step k's update overlaps batch k+1
@@ -62,6 +63,7 @@ class RunConfig:
     threads: int = 1  # torch intra-op threads (process-wide), at most MAX_THREADS; peers already run in parallel; 0 = torch default
     executor: Any = DEFAULT  # the executor and its own config: one of labkit.executors (its name for its defaults)
     links: str | None = None  # a `labkit simulate` scenario file whose links every trainer-peer request crosses; None = direct
+    world: str | None = None  # a scenario file (or preset world) the run lives in: its links, peers on virtual devices, churn
 
     def __post_init__(self) -> None:
         o = "RunConfig"
@@ -98,6 +100,7 @@ class RunConfig:
                self.weight_decay, f"a finite number >= 0 and <= {MAX_WEIGHT_DECAY:g}: every step scales the parameters "
                "by 1 - lr * weight_decay, so more decay erases what the gradients learn (usual values: 0 to 0.1)")
         _check(_is_number(self.gamma) and 0 < self.gamma <= 1, o, "gamma", self.gamma, "a number in (0, 1]")
+        _check(isinstance(self.debias_ema, bool), o, "debias_ema", self.debias_ema, "True or False")
         _check(_is_number(self.peer_timeout) and 0 < self.peer_timeout <= MAX_WAIT, o, "peer_timeout",
                self.peer_timeout, f"a finite number of seconds > 0 and <= {MAX_WAIT:g}: a trainer waits this long "
                "for a silent peer; a day is already a hung run, and far longer waits overflow the platform's timer")
@@ -129,6 +132,8 @@ class RunConfig:
                + ", ".join(f"{s.config.__name__}(...)" for s in SPECS.values()) + ")")
         _check(self.links is None or (isinstance(self.links, str) and self.links != ""), o, "links", self.links,
                "None or the path of a scenario file (regions, links, and where each stage's peers sit)")
+        _check(self.world is None or (isinstance(self.world, str) and self.world != "" and self.links is None), o,
+               "world", self.world, "None, a preset world's name or a scenario file's path, with links=None (a world brings its links)")
         self.executor.check_run(self)
         if self.layer_split is None:
             object.__setattr__(self, "layer_split", even_split(self.model.n_layer, self.stages))

@@ -70,6 +70,12 @@ def swap(t: float, *, replica: str, submodel: int, phase: str, load_start: float
             "load_end": load_end, "compute_start": compute_start, "compute_end": compute_end}
 
 
+def router(t: float, *, trainer: str, peers: list[dict[str, Any]]) -> Event:
+    """A trainer's view of the peers it routes to: per peer its stage, EMA response time (seconds)
+    and IWRR priority (seconds charged; the smallest of a stage is picked next), a few times a second."""
+    return {"type": "router", "t": t, "trainer": trainer, "peers": peers}
+
+
 def hop_line(e: Event) -> str:
     """One hop as a line of the opt-in trace, e.g. `t0 → s1p0 forward 12.3 KB 4.1 ms`."""
     return f"{e['trainer']} → {e['peer']} {e['direction']} {e['bytes'] / 1000:.1f} KB {e['seconds'] * 1000:.1f} ms"

@@ -82,6 +82,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=defaults.threads, help="torch threads (0: torch's default)")
     p.add_argument("--links", default=None, metavar="SCENARIO_JSON",
                    help="emulate a `labkit simulate` scenario's internet links between trainers and peers")
+    p.add_argument("--world", default=None, metavar="SCENARIO_JSON",
+                   help="run the world a scenario file describes: its model, stages, peers on virtual devices, links, "
+                        "trainers and churn (the other flags set the rest)")
     p.add_argument("--plan", type=Path, default=None, metavar="PLAN_JSON",
                    help="follow a plan from `labkit plan`: its stages, devices as peers (at most --max-peers each) and layer split")
     p.add_argument("--max-peers", type=int_in(1, MAX_PEERS_PER_STAGE, "each is a thread here"), default=4,
@@ -145,10 +148,16 @@ def run_train(args: argparse.Namespace) -> int:
     """Launch the run, draw its progress from the event stream, print the summary."""
     try:
         cfg = config_from_args(args)
+        if args.plan is not None and args.world is not None:
+            raise ValueError("--plan and --world are not allowed together: each sets the run's stages and peers")
         if args.plan is not None:
             from labkit.plan.plan import Plan
 
             cfg = Plan.load(args.plan).run_config(cfg, max_peers_per_stage=args.max_peers)
+        if args.world is not None:
+            from labkit.runtime.world import world_config
+
+            cfg = world_config(args.world, cfg)
         if args.data is not None:
             check_data(cfg)
     except (ValueError, FileNotFoundError) as exc:

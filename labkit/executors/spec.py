@@ -52,6 +52,7 @@ class ExecutorSpec:
     notice: str = ""  # what the lab's status line says first about a run of it (the verbs it greys out)
     server_roles: tuple[str, ...] = ()  # plan roles its config counts per stage (its fields); a plan's clients are its peers
     whatif: bool = False  # whether the lab's what-if (scaling up the measured peers in the simulator) applies
+    worlds: bool = False  # whether a run of it can live in a world (RunConfig.world: virtual devices, churn replayed)
     shape: Callable[[Any], str] = lambda run: ""  # a run's shape in a phrase ("2 stages x [2, 2] peers")
     workers: Callable[[Any], int] = lambda run: 0  # Dask workers its actors need (an embedded cluster starts these)
     held: Callable[[Any], list[tuple[int, int]]] = lambda run: []  # (parameters, copies) per stage held in memory

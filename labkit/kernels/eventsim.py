@@ -20,6 +20,7 @@ from numba import njit
 from labkit.kernels.iwrr import ema_fold, iwrr_pick
 
 ARRIVE, FINISH, RESPOND, RETRY = 0, 1, 2, 3
+PARKED = -1  # `pos` of a slot waiting at the step barrier for the step's last microbatch
 RETRY_SECONDS = 1.0  # a trainer finding a stage without peers tries again after this long
 
 
@@ -61,22 +62,27 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
               slots: tuple, heap: tuple, counters: np.ndarray, sync: tuple, out: tuple, hops: tuple) -> None:
     """Process every event before `t_end`; state lives in the arrays passed in and is updated.
 
-    peers = (stage, free_at, qlen, epoch) per peer; router = (prio, ema, order, banned, gamma);
-    service = (fwd, bwd, cv) with fwd/bwd[i, s] seconds; links = (out, back, payload, chunks):
-    request and answer latency and payload seconds per peer, and the pieces a payload streams in;
+    peers = (stage, free_at, qlen, epoch) per peer; router = (prio, ema, weight, order, banned, gamma);
+    service = (fwd, bwd, cv) with fwd/bwd[i, s] seconds; links = (out, back, payload, chunks, relay):
+    request and answer latency and payload seconds per peer, the pieces a payload streams in, and
+    whether hops are the runtime's (trainers relay: a middle stage's answer carries a payload back,
+    and the last stage's forward and backward share one round trip, as its one loss request);
     slots = (pos, path, path_epoch, sent, mb_id); heap = (time, seq, slot, kind, size/seq box);
-    counters[0..3] = entered, finished, lost, next microbatch id; sync = (group, t_ar by stage
-    count function table t_ar[n]); out = (work per bin, busy[bin, stage] (compute seconds, split
+    counters[0..4] = entered, finished, lost, next microbatch id, entered this step; sync = (group,
+    t_ar by stage count function table t_ar[n], boundary: with a global batch, < 0 for the paper's
+    model (peers stop for the all-reduce, trainers go on), else a step barrier as the runtime keeps
+    it (a slot whose step has all its microbatches waits for the step's last one, then for
+    `boundary` seconds, and a lost microbatch is redone within its step)); out = (work per bin, busy[bin, stage] (compute seconds, split
     over bins, none past the last bin), bin_seconds, step
     times, step count box); hops = (t, slot, stage, peer, direction, seconds, mb, count box).
     """
     stage, free_at, qlen, epoch = peers
-    prio, ema, order, banned, gamma = router
+    prio, ema, weight, order, banned, gamma = router
     fwd, bwd, cv = service
-    hop_out, hop_back, payload, chunks = links
+    hop_out, hop_back, payload, chunks, relay = links
     pos, path, path_epoch, sent, mb_id = slots
     h_time, h_seq, h_slot, h_kind, box = heap
-    group, t_ar = sync
+    group, t_ar, boundary = sync
     work, busy, bin_seconds, step_t, step_box = out
     hop_t, hop_slot, hop_stage, hop_peer, hop_dir, hop_sec, hop_mb, hop_box = hops
     n_bins = work.shape[0]
@@ -107,13 +113,18 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
             if epoch[p] == path_epoch[w, s]:
                 qlen[p] -= 1
             box[1] += 1
-            box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t + hop_back[p], w, RESPOND)
+            back = hop_back[p]
+            if relay and s == num_stages - 1 and forward:
+                back = 0.0  # the runtime's last stage answers forward, loss and backward in one request
+            elif relay and 0 < s < num_stages - 1:
+                back += payload[p]  # a middle stage's answer (activations, or their gradients) comes back
+            box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t + back, w, RESPOND)
             continue
         elif kind == RESPOND:
             if epoch[p] != path_epoch[w, s]:
                 kind = -2
             else:
-                ema_fold(ema, p, t - sent[w], gamma)
+                ema_fold(ema, weight, p, t - sent[w], gamma)
                 k = hop_box[0]
                 if k < hop_t.shape[0]:
                     hop_t[k], hop_slot[k], hop_stage[k], hop_peer[k] = t, w, s, p
@@ -124,16 +135,27 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
                     counters[1] += 1
                     work[b] += 1.0
                     if group > 0 and counters[1] % group == 0:
-                        _all_reduce(t, stage, free_at, t_ar, num_stages)
+                        if boundary < 0.0:
+                            _all_reduce(t, stage, free_at, t_ar, num_stages)
                         if step_box[0] < step_t.shape[0]:
                             step_t[step_box[0]] = t
                         step_box[0] += 1
+                        if boundary >= 0.0:  # the step's last microbatch: every parked slot starts after the boundary
+                            pos[w] = PARKED
+                            _release(t + boundary, group, pos, counters, mb_id, h_time, h_seq, h_slot, h_kind, box)
+                            continue
+                    if boundary >= 0.0 and counters[4] >= group:  # the step has all its microbatches: wait
+                        pos[w] = PARKED
+                        continue
                     _new_microbatch(w, pos, counters, mb_id)
         if kind == -2:  # the peer left or moved: this microbatch is lost and redone from stage 0
             counters[2] += 1
-            _new_microbatch(w, pos, counters, mb_id)
+            if boundary >= 0.0:
+                pos[w] = 0  # with a step barrier, the same microbatch again (the step's count is kept)
+            else:
+                _new_microbatch(w, pos, counters, mb_id)
         _issue(t, w, num_stages, stage, prio, ema, order, banned, epoch, pos, path, path_epoch, sent,
-               hop_out, h_time, h_seq, h_slot, h_kind, box)
+               hop_out, relay, h_time, h_seq, h_slot, h_kind, box)
 
 
 @njit(cache=True)
@@ -158,11 +180,23 @@ def _new_microbatch(w, pos, counters, mb_id):
     counters[0] += 1
     mb_id[w] = counters[3]
     counters[3] += 1
+    counters[4] += 1
     pos[w] = 0
 
 
 @njit(cache=True)
-def _issue(t, w, num_stages, stage, prio, ema, order, banned, epoch, pos, path, path_epoch, sent, hop_out,
+def _release(t, group, pos, counters, mb_id, h_time, h_seq, h_slot, h_kind, box):
+    """A step ended: up to `group` parked slots take the next step's microbatches at time t."""
+    counters[4] = 0
+    for v in range(pos.shape[0]):
+        if pos[v] == PARKED and counters[4] < group:
+            _new_microbatch(v, pos, counters, mb_id)
+            box[1] += 1
+            box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t, v, RETRY)
+
+
+@njit(cache=True)
+def _issue(t, w, num_stages, stage, prio, ema, order, banned, epoch, pos, path, path_epoch, sent, hop_out, relay,
            h_time, h_seq, h_slot, h_kind, box):
     """Send slot w's microbatch on its next hop: IWRR forward, the remembered peer backward."""
     forward = pos[w] < num_stages
@@ -178,7 +212,8 @@ def _issue(t, w, num_stages, stage, prio, ema, order, banned, epoch, pos, path, 
     p = path[w, s]
     sent[w] = t
     box[1] += 1
-    box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t + hop_out[p], w, ARRIVE)
+    out = 0.0 if relay and not forward and s == num_stages - 1 else hop_out[p]  # the last stage's one request
+    box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t + out, w, ARRIVE)
 
 
 @njit(cache=True)

@@ -1,7 +1,8 @@
 """IWRR (SWARM Algorithm 1) over peer arrays: pick-and-charge, batched routing, entry, EMA update.
 
 Peers live in parallel arrays indexed by slot: `stage[i]` (-1 marks a free slot), `prio[i]`,
-`ema[i]`, `order[i]` (insertion order, unique, breaks priority ties) and `banned[i]`. A pick takes
+`ema[i]` (with `weight[i]`, the share of it that is measured), `order[i]` (insertion order,
+unique, breaks priority ties) and `banned[i]`. A pick takes
 the unbanned peer of the stage with the smallest (priority, order) and charges it its EMA, so a peer
 twice as fast is picked twice as often. `Router`, the event simulator and the fluid model all run
 these kernels; the `*_py` twins state the same rule in plain Python for the property tests.
@@ -13,6 +14,8 @@ import heapq
 
 import numpy as np
 from numba import njit
+
+INITIAL_EMA = 1.0  # seconds: the EMA a router gives the first peer of a stage before any answer
 
 
 @njit(cache=True)
@@ -95,9 +98,13 @@ def iwrr_entry(stage: np.ndarray, prio: np.ndarray, ema: np.ndarray, banned: np.
 
 
 @njit(cache=True)
-def ema_fold(ema: np.ndarray, i: int, seconds: float, gamma: float) -> None:
-    """Fold one measured response time into peer i's EMA: ema = gamma*dt + (1-gamma)*ema."""
-    ema[i] = gamma * seconds + (1.0 - gamma) * ema[i]
+def ema_fold(ema: np.ndarray, weight: np.ndarray, i: int, seconds: float, gamma: float) -> None:
+    """Fold one measured response time into peer i's EMA, bias-corrected as Adam corrects its
+    moments: `weight[i]` is how much of the EMA is measured (0 for a prior, so the first answer
+    replaces it; 1 for the classic fold `ema = gamma*dt + (1-gamma)*ema`)."""
+    folded = gamma + (1.0 - gamma) * weight[i]
+    ema[i] = (gamma * seconds + (1.0 - gamma) * weight[i] * ema[i]) / folded
+    weight[i] = folded
 
 
 def iwrr_pick_py(stage: np.ndarray, prio: np.ndarray, ema: np.ndarray, order: np.ndarray,
@@ -136,6 +143,8 @@ def iwrr_entry_py(stage: np.ndarray, prio: np.ndarray, ema: np.ndarray, banned: 
     return floor + epsilon, (sum(float(ema[i]) for i in live) / len(live) if live else initial_ema)
 
 
-def ema_fold_py(ema: np.ndarray, i: int, seconds: float, gamma: float) -> None:
+def ema_fold_py(ema: np.ndarray, weight: np.ndarray, i: int, seconds: float, gamma: float) -> None:
     """Plain-Python twin of `ema_fold`."""
-    ema[i] = gamma * seconds + (1.0 - gamma) * float(ema[i])
+    folded = gamma + (1.0 - gamma) * float(weight[i])
+    ema[i] = (gamma * seconds + (1.0 - gamma) * float(weight[i]) * float(ema[i])) / folded
+    weight[i] = folded

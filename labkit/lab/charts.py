@@ -49,6 +49,16 @@ def loads_chart() -> alt.LayerChart:
     return (lines + _marks()).properties(title="Stage loads (queue length per peer)", width=WIDTH, height=160)
 
 
+def router_chart() -> alt.LayerChart:
+    """Each trainer's EMA of each peer's response time over time (log scale): IWRR charges a peer
+    its EMA per pick, so a peer's share of its stage is in inverse proportion to it."""
+    lines = alt.Chart(alt.Data(name="router")).mark_line(opacity=0.7).encode(
+        x=alt.X("t:Q", title="seconds"), y=alt.Y("ema:Q", title="EMA response time (s)", scale=alt.Scale(type="log")),
+        color=alt.Color("peer:N"), detail="trainer:N", strokeDash=alt.StrokeDash("stage:N"),
+        tooltip=["peer:N", "stage:N", "trainer:N", "ema:Q", "priority:Q", "t:Q"])
+    return (lines + _marks()).properties(title="Router view (each trainer's EMA per peer)", width=WIDTH, height=160)
+
+
 def timeline_chart() -> alt.LayerChart:
     """A Gantt of the last seconds: each bar one request on a peer, from sent to answered
     (queued and computing), forward and backward, one lane per trainer."""
@@ -162,7 +172,7 @@ def taskpool_chart() -> alt.FacetChart:
 CHARTS: dict[str, Callable[[], alt.TopLevelMixin]] = {
     "routing": routing_chart, "loads": loads_chart, "timeline": timeline_chart,
     "throughput": throughput_chart, "loss": loss_chart, "traffic": traffic_chart, "swaps": swaps_chart,
-    "pool": taskpool_chart,
+    "pool": taskpool_chart, "router": router_chart,
 }
 WIDE = ("swaps",)  # charts drawn alone on their row of the live view
 

@@ -23,7 +23,7 @@ from labkit.lab.controls import RunControls
 from labkit.lab.form import LaunchForm
 from labkit.lab.live import LiveView
 from labkit.lab.rows import Rows, Windows
-from labkit.lab.whatif import WhatIfPanel
+from labkit.lab.whatif_panel import WhatIfPanel
 from labkit.runtime.background import in_background
 from labkit.runtime.handle import RunHandle
 

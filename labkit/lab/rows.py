@@ -22,13 +22,15 @@ from labkit.lab.poolrows import PoolRows
 from labkit.lab.rundir import event_error, read_run
 
 Row = dict[str, Any]
-DATASETS = ("routing", "loads", "timeline", "throughput", "loss", "traffic", "marks", "recent_marks", "swaps", "pool")
+DATASETS = ("routing", "loads", "timeline", "throughput", "loss", "traffic", "marks", "recent_marks", "swaps", "pool",
+            "router")
 MARKED_PEER_STATES = {"killed": "kill", "moved": "move", "banned": "ban"}
 # the datasets an event of each type may change (time moving on changes the windowed ones)
 TOUCHES = {"hop": ("routing", "timeline", "traffic"), "step": ("throughput", "loss"), "eval": ("loss",),
            "load": ("loads",), "peer": ("loads", "marks", "recent_marks", "pool"),
            "setting": ("marks", "recent_marks", "pool"),
-           "sync": ("traffic",), "run": ("marks", "recent_marks"), "swap": ("swaps",)}
+           "sync": ("traffic",), "run": ("marks", "recent_marks"), "swap": ("swaps",),
+           "router": ("router",)}
 WINDOWED = ("routing", "timeline", "recent_marks", "swaps")
 MARKED_SETTINGS = ("layer_split", "codec", "sync")
 
@@ -65,6 +67,7 @@ class Rows:
         self._throughput: deque[Row] = deque(maxlen=cap)
         self._loss: deque[Row] = deque(maxlen=cap)
         self._marks: deque[Row] = deque(maxlen=cap)
+        self._router: deque[Row] = deque(maxlen=10 * cap)  # a row per (trainer, peer) of each router event
         self._traffic: dict[tuple[int, str, str], int] = {}
         self._last_step: tuple[float, int] | None = None
         self.peers: dict[str, Row] = {}  # per peer: stage, state, forward samples, bytes, since
@@ -159,6 +162,9 @@ class Rows:
         self.started = self.started or e["state"] == "started"
         if e["state"] not in ("started", "finished"):
             self._marks.append({"t": e["t"], "what": f"run {e['state']}"})
+
+    def _router_view(self, e: Event) -> None:
+        self._router.extend({"t": e["t"], "trainer": e["trainer"], **p} for p in e["peers"])
 
     def _swap(self, e: Event) -> None:
         """One sub-model's turn on an ATOM replica. Sub-model 0's forward opens an iteration;
@@ -263,7 +269,8 @@ class Rows:
 
 
 _FOLDS = {"hop": Rows._hop, "step": Rows._step, "eval": Rows._eval, "load": Rows._load, "peer": Rows._peer_event,
-          "setting": Rows._setting, "sync": Rows._sync, "run": Rows._run, "swap": Rows._swap}
+          "setting": Rows._setting, "sync": Rows._sync, "run": Rows._run, "swap": Rows._swap,
+          "router": Rows._router_view}
 
 
 def rows_of_run(run_dir: str | Path) -> Rows:

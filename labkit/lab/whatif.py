@@ -5,20 +5,18 @@ builds the same swarm `scale` times larger on a chosen network with churn; `what
 the fluid (numba) kernel with rebalancing on and off and reports each one's tokens/s and % of
 its own optimum (its live peers all serving, best placed: `labkit.sim.summary`), in seconds.
 Without rebalancing nobody moves, so a swarm that starts balanced stays near 100 %; each move
-costs a download, so compare the tokens/s to see which is faster. `WhatIfPanel(run)` puts the
-knobs, a Simulate button, a result line and a throughput chart beside the live charts::
-
-    panel = WhatIfPanel(run); panel.widget()     # then click Simulate (or panel.simulate_button.click())
+costs a download, so compare the tokens/s to see which is faster. `live_error` asks the same
+model to predict the live run itself (1x, the network its hops measured, no churn) against what
+the run measured: the what-if's own error, which the lab shows beside its answers
+(labkit/lab/whatif_panel.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import html
 import time
 from collections import deque
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import altair as alt
@@ -228,6 +226,19 @@ def what_if(speeds: dict[str, PeerSpeed], config: RunConfig, **knobs: Any) -> Wh
                         series=series, seconds=time.perf_counter() - start)
 
 
+def live_error(events: list[Event], config: RunConfig) -> tuple[float, float] | None:
+    """(predicted, measured) tokens/s of the live run itself, or None before two steps: the what-if
+    at 1x on the network its hops measured (their round trips include it), no churn, the run's
+    rebalancing and in-flight microbatches; measured over its steps after the first."""
+    steps = [e for e in events if e["type"] == "step"]
+    if len(steps) < 2 or steps[-1]["t"] <= steps[0]["t"]:
+        return None
+    measured = sum(e["tokens"] for e in steps[1:]) / (steps[-1]["t"] - steps[0]["t"])
+    result = what_if(measured_speeds(events, config), config, scale=1, rtt_ms=0.0, bandwidth_mbps=MAX_BANDWIDTH_MBPS,
+                     churn_per_hour=0.0, duration_s=600.0, window=config.inflight)
+    return result.mean_tokens_per_s("with rebalancing" if config.rebalance_period else "without rebalancing"), measured
+
+
 def whatif_chart(result: WhatIfResult | None) -> alt.Chart:
     """Simulated tokens/s over time with and without rebalancing, and the optimum of the run with it."""
     rows = result.series if result else []
@@ -239,62 +250,3 @@ def whatif_chart(result: WhatIfResult | None) -> alt.Chart:
         color=alt.Color("run:N", title="simulated run"),
         strokeDash=alt.StrokeDash("run:N", legend=None),
     ).properties(title=title, width=360, height=220)
-
-
-class WhatIfPanel:
-    """Knobs, a Simulate button, a result line and a chart: the live run's swarm scaled up.
-
-    Simulate reads the run's events and knobs on the kernel thread's click, then measures and
-    simulates on a worker thread (`last` is that Future: its WhatIfResult, or the error that the
-    result line shows in one line). Whoever displays the chart calls
-    `alt.JupyterChart.enable_offline()` first where there is no CDN.
-    """
-
-    def __init__(self, run: Any) -> None:
-        import ipywidgets as w
-
-        self.run = run
-        self.scale = w.IntText(value=10, description="peers x")
-        self.rtt_ms = w.FloatText(value=100.0, description="RTT (ms)")
-        self.bandwidth_mbps = w.FloatText(value=100.0, description="Mb/s")
-        self.churn_per_hour = w.FloatText(value=6.0, description="churn/h")
-        self.window = w.IntText(value=1, description="in flight")
-        self.simulate_button = w.Button(description="Simulate", tooltip="simulate the measured swarm scaled up")
-        self.result_line = w.HTML(value="")
-        self.chart = alt.JupyterChart(whatif_chart(None))
-        self.last: Future | None = None
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="labkit-whatif")
-        self.simulate_button.on_click(lambda _: self.simulate())
-
-    def knobs(self) -> dict[str, Any]:
-        """The knob widgets' values, as `what_if` keywords."""
-        return {"scale": self.scale.value, "rtt_ms": self.rtt_ms.value, "bandwidth_mbps": self.bandwidth_mbps.value,
-                "churn_per_hour": self.churn_per_hour.value, "window": self.window.value}
-
-    def simulate(self) -> Future:
-        """Start one what-if on the worker thread with the current knobs; returns (and keeps) its Future."""
-        self.result_line.value = "simulating…"
-        self.last = self._pool.submit(self._simulate, self.knobs())
-        return self.last
-
-    def _simulate(self, knobs: dict[str, Any]) -> WhatIfResult:
-        try:
-            result = what_if(measured_speeds(self.run.events.history(), self.run.config), self.run.config, **knobs)
-        except Exception as exc:
-            self.result_line.value = html.escape(str(exc) if isinstance(exc, ValueError)
-                                                 else f"what-if failed: {type(exc).__name__}: {exc}")
-            raise
-        self.chart.chart = whatif_chart(result)
-        self.result_line.value = html.escape(result.line())
-        return result
-
-    def widget(self) -> Any:
-        """The knobs, button, result line and chart as one box to display."""
-        import ipywidgets as w
-
-        knobs = w.HBox([self.scale, self.rtt_ms, self.bandwidth_mbps, self.churn_per_hour, self.window])
-        return w.VBox([knobs, w.HBox([self.simulate_button, self.result_line]), self.chart])
-
-    def close(self) -> None:
-        """Let the worker thread go once the simulation in progress (if any) ends."""
-        self._pool.shutdown(wait=False)

@@ -16,6 +16,7 @@ from labkit.config import RunConfig
 from labkit.model.memory import check_memory
 from labkit.runtime.handle import RunHandle
 from labkit.runtime.links import load_links
+from labkit.runtime.world import load_world, replay_churn
 
 BACKENDS = ("inprocess", "dask")
 
@@ -54,8 +55,11 @@ def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | No
                          f"a scheduler address needs backend='dask'")
     if refusal := backend_refusal(config, backend):
         raise ValueError(refusal)
-    load_links(config)  # a bad scenario file fails here, naming what is wrong, before anything starts
+    world = load_links(config) if config.world is None else load_world(config)  # a bad file fails here, before anything starts
     if backend == "inprocess":  # every peer in this process: refused with an estimate, not OOM-killed
         check_memory(config, psutil.virtual_memory().available)
     module, name = config.spec.launch[backend].split(":")
-    return getattr(importlib.import_module(module), name)(config, **options)
+    handle = getattr(importlib.import_module(module), name)(config, **options)
+    if config.world is not None:
+        replay_churn(handle, world)
+    return handle

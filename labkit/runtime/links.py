@@ -27,8 +27,10 @@ import torch
 
 from labkit.config import ConfigError, RunConfig
 from labkit.runtime.ports import PeerHandle
+from labkit.runtime.request_queue import timing
 from labkit.sim.links import TokenBucket, join_group, region_link, stage_regions
-from labkit.sim.scenario import SimScenario
+from labkit.sim.presets import WORLD_PRESETS
+from labkit.sim.scenario import PeerGroup, SimScenario
 from labkit.wire import Encoded
 from labkit.runtime.background import settle
 
@@ -50,20 +52,31 @@ def payload_bytes(value: Any) -> int:
     return sum(map(payload_bytes, value)) if isinstance(value, (list, tuple)) else 0
 
 
-def load_links(cfg: RunConfig) -> SimScenario | None:
-    """The scenario `cfg.links` names, checked against the run's shape (None without one); a
-    missing, malformed or mismatched file raises one ConfigError naming `links` and what is wrong."""
-    if cfg.links is None:
-        return None
+def read_scenario(field: str, path: str) -> SimScenario:
+    """The scenario a `links` or `world` value names: a world preset's name (WORLD_PRESETS) or a
+    scenario file's path; one ConfigError naming `field` and what is wrong otherwise."""
+    if path in WORLD_PRESETS:
+        return WORLD_PRESETS[path]()
     try:
-        s = SimScenario.load(cfg.links)
+        return SimScenario.load(path)
     except FileNotFoundError:
-        raise ConfigError("RunConfig", "links", cfg.links, "the path of an existing scenario file") from None
+        raise ConfigError("RunConfig", field, path, f"the path of an existing scenario file or a preset world, "
+                          f"one of {list(WORLD_PRESETS)}") from None
     except ConfigError as exc:
-        raise ConfigError("RunConfig", "links", cfg.links, f"a valid scenario file ({exc})") from None
+        raise ConfigError("RunConfig", field, path, f"a valid scenario file ({exc})") from None
+
+
+def load_links(cfg: RunConfig) -> SimScenario | None:
+    """The scenario `cfg.links` or `cfg.world` names, checked against the run's shape (None
+    without one); a missing, malformed or mismatched file raises one ConfigError naming the field
+    and what is wrong."""
+    name, path = ("world", cfg.world) if cfg.world is not None else ("links", cfg.links)
+    if path is None:
+        return None
+    s = read_scenario(name, path)
     counts = tuple(len(r) for r in stage_regions(s))
     if s.stages != cfg.stages or counts != cfg.peers_per_stage:
-        raise ConfigError("RunConfig", "links", cfg.links,
+        raise ConfigError("RunConfig", name, path,
                           f"a scenario with the run's {cfg.stages} stages of {list(cfg.peers_per_stage)} peers "
                           f"(it places {s.stages} stages of {list(counts)} peers)")
     return s
@@ -106,22 +119,24 @@ def _timers() -> _Timers:
 
 class LinkedFuture(Future):
     """A request's future over an emulated link; `link_seconds` is what the link added to it
-    (latency and queueing in the token buckets, both ways), final once the future is done."""
+    (latency and queueing in the token buckets, both ways) and `timing` the peer's own (queue,
+    compute), final once the future is done."""
 
     link_seconds = 0.0
 
 
 class Link:
-    """One trainer-peer link: `rtt` seconds round trip, `rate` bytes/s each way, one bucket per direction."""
+    """One trainer-peer link: `rtt` seconds round trip, `rate` bytes/s each way, one bucket per
+    direction; each payload counts `scale` times its bytes (a world's model's, for its stand-in's)."""
 
-    def __init__(self, rtt: float, rate: float) -> None:
-        self.latency = rtt / 2
+    def __init__(self, rtt: float, rate: float, scale: float = 1.0) -> None:
+        self.latency, self.scale = rtt / 2, scale
         self.up, self.down = TokenBucket(rate=rate), TokenBucket(rate=rate)
         self._lock = threading.Lock()
 
     def _delay(self, bucket: TokenBucket, nbytes: int) -> float:
         with self._lock:
-            return self.latency + bucket.send(nbytes, time.monotonic())
+            return self.latency + bucket.send(nbytes * self.scale, time.monotonic())
 
     def call(self, peer: PeerHandle, method: str, *args: Any) -> LinkedFuture:
         """Send `method(*args)` to `peer` once it has crossed the link; the reply crosses back."""
@@ -133,7 +148,7 @@ class Link:
             exc = answer.exception()
             result = None if exc is not None else answer.result()
             down = self._delay(self.down, 0 if exc is not None else payload_bytes(result))
-            out.link_seconds = up + down
+            out.link_seconds, out.timing = up + down, timing(answer)  # the peer's own seconds, as without a link
             _timers().at(time.monotonic() + down, lambda: settle(out, result=result, exc=exc))
 
         def send() -> None:
@@ -148,8 +163,8 @@ class Links:
     """The links from `origin` (a region of `scenario`) to every peer, as `scenario` places them:
     a trainer's (from the scenario's trainer region) or a peer's to its stage's other peers."""
 
-    def __init__(self, scenario: SimScenario, origin: str) -> None:
-        self.scenario, self.origin = scenario, origin
+    def __init__(self, scenario: SimScenario, origin: str, scale: float = 1.0) -> None:
+        self.scenario, self.origin, self.scale = scenario, origin, scale
         self._links: dict[str, Link] = {}
         self._lock = threading.Lock()  # a trainer's lanes share its links
 
@@ -157,18 +172,30 @@ class Links:
         """The link to `peer` (made on first use)."""
         with self._lock:
             if peer not in self._links:
-                self._links[peer] = Link(*region_link(self.scenario, self.origin, peer_region(self.scenario, peer)))
+                self._links[peer] = Link(*region_link(self.scenario, self.origin, peer_region(self.scenario, peer)), self.scale)
             return self._links[peer]
 
 
-def peer_region(scenario: SimScenario, peer: str) -> str:
-    """Where peer `peer` (named `s{stage}p{k}`) sits: its stage's k-th initial peer's region, or
-    the joiners' region for a peer added mid-run."""
+def peer_group(scenario: SimScenario, peer: str) -> PeerGroup:
+    """The group of peer `peer` (named `s{stage}p{k}`): its stage's k-th initial peer's, or the
+    joiners' (`join_group`) for a peer added mid-run."""
     m = _PEER_NAME.fullmatch(peer)
     stage, k = (int(m[1]), int(m[2])) if m else (-1, -1)
-    regions = stage_regions(scenario)
-    regions = regions[stage] if 0 <= stage < len(regions) else ()
-    return regions[k] if k < len(regions) else join_group(scenario).region
+    groups = [g for g in scenario.peers if g.stage == stage for _ in range(g.count)]
+    return groups[k] if k < len(groups) else join_group(scenario)
+
+
+def peer_region(scenario: SimScenario, peer: str) -> str:
+    """Where peer `peer` sits (its group's region)."""
+    return peer_group(scenario, peer).region
+
+
+def peer_device(scenario: SimScenario, peer: str) -> str:
+    """The device preset peer `peer` emulates in a world: its group's, or the scenario's
+    `join_device` for a peer added mid-run when the file names one."""
+    m = _PEER_NAME.fullmatch(peer)
+    initial = m is not None and int(m[2]) < sum(g.count for g in scenario.peers if g.stage == int(m[1]))
+    return peer_group(scenario, peer).device if initial or scenario.join_device is None else scenario.join_device
 
 
 class LinkedHandle:

@@ -23,6 +23,7 @@ from labkit.model import Stage
 from labkit.runtime.diloco import OuterState
 from labkit.runtime.links import Links, load_links, peer_region
 from labkit.runtime.optim import apply_step, make_optimizer
+from labkit.runtime.pacing import peer_pacing
 from labkit.runtime.request_queue import RequestQueue
 from labkit.runtime.ring import IMMEDIATE, Mailbox, deliver
 from labkit.runtime.stage_step import StepTaking, unflatten
@@ -44,8 +45,7 @@ class StagePeer(StepTaking, RequestQueue):
         self.name, self.stage, self.cfg, self.device = name, stage, cfg, torch.device(device)
         self.module = module.to(self.device)
         self.params = [p for p in module.parameters()]
-        # Delayed parameter updates: the optimizer owns a shadow copy that is stepped in the
-        # background while the next batch computes on `params`; the copy is adopted one step later.
+        # Delayed updates: the optimizer steps a shadow copy in the background, adopted one step later
         self.shadow = [torch.nn.Parameter(p.detach().clone()) for p in self.params] if cfg.delayed_updates else None
         self.optimizer = make_optimizer(self.shadow or self.params, cfg)
         self._updater = ThreadPoolExecutor(1, thread_name_prefix=f"dpu-{name}") if cfg.delayed_updates else None
@@ -54,14 +54,14 @@ class StagePeer(StepTaking, RequestQueue):
         self._codecs: dict[str, Codec] = {}
         self.clear_gradients()  # `accum` and `attempts`: the sums, and the attempts (with samples) they hold
         self.worker = "local"  # where the peer runs (a Dask worker's address for remote peers)
-        self.delay = 0.0  # extra seconds per request: makes a peer slow on purpose (demos, tests)
         self._stash: dict[AttemptKey, tuple[torch.Tensor, torch.Tensor | None]] = {}
-        self._killed = threading.Event()  # ends an artificial delay at once
+        self._killed = threading.Event()  # ends a held request at once
         self.mailbox = Mailbox()  # ring chunks from the left neighbour
         scenario = load_links(cfg)
         self.links = None if scenario is None else Links(scenario, peer_region(scenario, name))
+        self.pacing = peer_pacing(cfg, scenario, name, self._killed, lambda: PeerDied(name))  # delay or device speed
         self.dial: Callable[[Any], Any] = lambda contact: contact
-        super().__init__(f"peer-{name}", lambda: PeerDied(name))
+        super().__init__(f"peer-{name}", lambda: PeerDied(name), lambda: self.pacing.last)
 
     @property
     def contact(self) -> StagePeer:
@@ -100,14 +100,14 @@ class StagePeer(StepTaking, RequestQueue):
             self._updater.shutdown(wait=True)
 
     # -- requests (run on the worker thread) --------------------------------------------------
+    @property
+    def delay(self) -> float:
+        """Extra seconds every data request waits (`set_delay`)."""
+        return self.pacing.delay
+
     def set_delay(self, seconds: float) -> None:
         """Add `seconds` to every data request from now on (0 restores full speed)."""
-        self.delay = float(seconds)
-
-    def _slow_down(self) -> None:
-        """A slowed-down peer's delay, on data requests only; a kill ends it (and the request) at once."""
-        if self.delay and self._killed.wait(self.delay):
-            raise PeerDied(self.name)
+        self.pacing.delay = float(seconds)
 
     def _decode(self, x: torch.Tensor | Encoded) -> torch.Tensor:
         """A tensor as received: decoded if it came through a wire codec (token ids come raw)."""
@@ -124,46 +124,46 @@ class StagePeer(StepTaking, RequestQueue):
 
     def forward(self, attempt: AttemptKey, x: torch.Tensor | Encoded, keep: bool, codec: str) -> Encoded:
         """Run the stage on `x`; if backward will come (`keep`), remember what it needs."""
-        self._slow_down()
-        x = self._decode(x)
-        if not keep:
-            with torch.no_grad():
-                return self._encode(codec, self.module(x))
-        if not self.module.is_first:
-            x = x.detach().requires_grad_(True)
-        if self.cfg.activation_checkpointing:
-            with torch.no_grad():
-                out = self.module(x)
-            self._stash[attempt] = (x, None)
-        else:
-            with torch.enable_grad():
-                out = self.module(x)
-            self._stash[attempt] = (x, out)
-        return self._encode(codec, out.detach())
+        with self.pacing.request("forward", self.stage):
+            x = self._decode(x)
+            if not keep:
+                with torch.no_grad():
+                    return self._encode(codec, self.module(x))
+            if not self.module.is_first:
+                x = x.detach().requires_grad_(True)
+            if self.cfg.activation_checkpointing:
+                with torch.no_grad():
+                    out = self.module(x)
+                self._stash[attempt] = (x, None)
+            else:
+                with torch.enable_grad():
+                    out = self.module(x)
+                self._stash[attempt] = (x, out)
+            return self._encode(codec, out.detach())
 
     def backward(self, attempt: AttemptKey, grad_out: Encoded, accumulate: bool, samples: int,
                  codec: str) -> Encoded | None:
         """Backpropagate `grad_out` through the stashed microbatch; accumulate if asked."""
-        self._slow_down()
-        x, out = self._stash.pop(attempt)
-        if out is None:  # activation checkpointing: recompute the forward with a graph
-            with torch.enable_grad():
-                out = self.module(x)
-        grad_x = self._grads(attempt, x, out, self._decode(grad_out), accumulate, samples)
-        return None if grad_x is None else self._encode(codec, grad_x)
+        with self.pacing.request("backward", self.stage):
+            x, out = self._stash.pop(attempt)
+            if out is None:  # activation checkpointing: recompute the forward with a graph
+                with torch.enable_grad():
+                    out = self.module(x)
+            grad_x = self._grads(attempt, x, out, self._decode(grad_out), accumulate, samples)
+            return None if grad_x is None else self._encode(codec, grad_x)
 
     def loss(self, attempt: AttemptKey, x: torch.Tensor | Encoded, targets: torch.Tensor, scale: float,
              accumulate: bool, samples: int, codec: str) -> tuple[float, Encoded | None]:
         """Last stage: forward, cross-entropy summed and scaled, backward at once."""
-        self._slow_down()
-        x = self._decode(x)
-        if not self.module.is_first:
-            x = x.detach().requires_grad_(True)
-        with torch.enable_grad():
-            logits = self.module(x)  # (B, T, vocab)
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.to(self.device).flatten(), reduction="sum") * scale
-        grad_x = self._grads(attempt, x, loss, None, accumulate, samples)
-        return float(loss.detach()), None if grad_x is None else self._encode(codec, grad_x)
+        with self.pacing.request("loss", self.stage):
+            x = self._decode(x)
+            if not self.module.is_first:
+                x = x.detach().requires_grad_(True)
+            with torch.enable_grad():
+                logits = self.module(x)  # (B, T, vocab)
+                loss = F.cross_entropy(logits.flatten(0, 1), targets.to(self.device).flatten(), reduction="sum") * scale
+            grad_x = self._grads(attempt, x, loss, None, accumulate, samples)
+            return float(loss.detach()), None if grad_x is None else self._encode(codec, grad_x)
 
     def _grads(self, attempt: AttemptKey, x: torch.Tensor, out: torch.Tensor, grad_out: torch.Tensor | None,
                accumulate: bool, samples: int) -> torch.Tensor | None:

@@ -4,7 +4,8 @@ A caller puts `fn(*args)` on the queue and gets a `concurrent.futures.Future`; t
 thread runs requests one at a time, in order. A crash (`kill`) drops what is queued; a clean
 `close` serves what is queued first. Either way, later requests fail at once with the server's
 death error, so no caller waits on a server that will never answer. A served request's future
-carries `timing`: the seconds it waited on the queue and ran (where a hop's time goes).
+carries `timing`: the seconds it waited on the queue and ran (where a hop's time goes), plus what
+the server's `notes()` says of it (a virtual device's emulated seconds and overrun).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ def timing(future: Future) -> dict[str, float]:
 
 
 class RequestQueue:
-    """A server thread named `name`; `died()` makes the error every unserved request fails with."""
+    """A server thread named `name`; `died()` makes the error every unserved request fails with;
+    `notes()`, called on that thread after each request, adds to its timing."""
 
-    def __init__(self, name: str, died: Callable[[], Exception]) -> None:
-        self._died = died
+    def __init__(self, name: str, died: Callable[[], Exception], notes: Callable[[], dict[str, float]] = dict) -> None:
+        self._died, self._notes = died, notes
         self._requests: queue.Queue[tuple[Callable[..., Any], tuple, Future, float] | None] = queue.Queue()
         self._alive = True
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -49,7 +51,7 @@ class RequestQueue:
             except BaseException as exc:  # the caller sees the failure (a trainer reroutes)
                 future.set_exception(exc)
             else:
-                future.timing = {"queue": started - queued, "compute": time.perf_counter() - started}
+                future.timing = {"queue": started - queued, "compute": time.perf_counter() - started, **self._notes()}
                 if self._alive:
                     future.set_result(result)
                 else:

@@ -2,7 +2,7 @@
 
 The event history is bounded; the summary must not be. Totals keep what the summary needs:
 first and last validation loss (and the step of the last), tokens and training time, bytes per
-stage, kills, divergence.
+stage, kills, divergence, and the requests a virtual device could not keep up with.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ class RunTotals:
         self.pipeline = [0] * num_stages
         self.dp = [0] * num_stages
         self.killed = 0
+        self.paced = 0  # requests served on a virtual device
+        self.overruns: list[float] = []  # seconds by which real compute overran a virtual device's time
         self.diverged: str | None = None  # the reason of the run's first `diverged` event
 
     def add(self, e: Event) -> None:
@@ -34,6 +36,10 @@ class RunTotals:
         kind = e["type"]
         if kind == "hop":
             self.pipeline[e["stage"]] += e["bytes"]
+            if "emulated" in e.get("timing", {}):
+                self.paced += 1
+                if e["timing"]["overrun"] > 0:
+                    self.overruns.append(e["timing"]["overrun"])
         elif kind == "sync":
             self.dp[e["stage"]] += e["bytes"]
         elif kind == "step":
@@ -68,4 +74,5 @@ class RunTotals:
             "dp_bytes": list(self.dp),
             "pipeline_bytes_total": sum(self.pipeline),
             "dp_bytes_total": sum(self.dp),
-        }
+        } | ({"device_requests": self.paced, "device_overruns": len(self.overruns),
+              "device_overrun_seconds_max": max(self.overruns, default=0.0)} if self.paced else {})

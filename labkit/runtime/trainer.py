@@ -5,7 +5,8 @@ for a peer, sends the activations, and measures the response time into the route
 or timeout bans the peer and the hop is retried on another peer of the same stage. Backward
 retraces the forward's peers in reverse; if one of them is gone, the attempt ends and the ledger
 keeps the stages already credited, so only the missing ones are recomputed. With `cfg.links`,
-every request and reply crosses an emulated internet link (labkit/runtime/links.py).
+every request and reply crosses an emulated internet link (labkit/runtime/links.py); in a world
+(`cfg.world`) each counts the bytes the world's model would send (`pacing.payload_scale`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ from labkit import events
 from labkit.config import RunConfig
 from labkit.data import WindowSampler
 from labkit.runtime.links import Links, load_links, payload_bytes
+from labkit.runtime.pacing import payload_scale
 from labkit.runtime.peer import PeerDied
 from labkit.runtime.ports import Directory, WorkSource
 from labkit.runtime.request_queue import timing
 from labkit.swarm.ledger import Task
 from labkit.swarm.routing import Router
+
+
+ROUTER_EVENT_SECONDS = 1.0  # a trainer publishes its router's view at most this often
 
 
 class StageEmpty(RuntimeError):
@@ -52,11 +57,12 @@ class Trainer:
     def __init__(self, name: str, cfg: RunConfig, work: WorkSource, directory: Directory, sampler: WindowSampler) -> None:
         self.name, self.cfg, self.work, self.directory, self.sampler = name, cfg, work, directory, sampler
         self.loss_scale = 1.0 / (cfg.model.seq_len * cfg.global_batch)  # a step's loss is a mean over its tokens
-        self.router = Router(gamma=cfg.gamma)
+        self.router = Router(gamma=cfg.gamma, debias=cfg.debias_ema)
         self._routing = threading.Lock()  # the router and `_seen` are shared by the lanes
         scenario = load_links(cfg)
-        self.links = None if scenario is None else Links(scenario, scenario.trainer_region)  # emulated internet links, if any
+        self.links = None if scenario is None else Links(scenario, scenario.trainer_region, payload_scale(cfg, scenario))
         self._seen: dict[str, tuple[int, int]] = {}  # peer -> (stage, announce epoch) last synced
+        self._viewed = -ROUTER_EVENT_SECONDS  # run time of the last router event
         self.lanes = [threading.Thread(target=self._loop, args=(lane,), name=f"trainer-{lane}", daemon=True)
                       for lane in lane_names(name, cfg.inflight)]
 
@@ -148,9 +154,15 @@ class Trainer:
                     raise AttemptFailed(target)
                 continue
             seconds = time.perf_counter() - start
+            now = self.work.clock()
             with self._routing:
                 self.router.report(target, seconds)
-            self.work.emit(events.hop(self.work.clock(), trainer=self.name, stage=stage, peer=target, direction=direction,
+                view = self.router.view() if now - self._viewed >= ROUTER_EVENT_SECONDS else None
+                if view is not None:
+                    self._viewed = now
+            if view is not None:
+                self.work.emit(events.router(now, trainer=self.name, peers=view))
+            self.work.emit(events.hop(now, trainer=self.name, stage=stage, peer=target, direction=direction,
                                        nbytes=payload_bytes(args) + payload_bytes(result), seconds=seconds,
                                        microbatch=task.microbatch, timing=timing(future),
                                        link_seconds=future.link_seconds if self.links else 0.0))

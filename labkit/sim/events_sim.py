@@ -16,9 +16,9 @@ import numpy as np
 
 from labkit import events
 from labkit.config import ConfigError
-from labkit.kernels.eventsim import RETRY, run_until, seed_noise
+from labkit.kernels.eventsim import PARKED, RETRY, run_until, seed_noise
 from labkit.kernels.fluid import optimum_rate, pick_leaver
-from labkit.kernels.iwrr import iwrr_entry
+from labkit.kernels.iwrr import INITIAL_EMA, iwrr_entry
 from labkit.kernels.rebalance import rebalance_join, rebalance_move
 from labkit.sim.result import SimResult
 from labkit.sim.scenario import SimScenario
@@ -37,19 +37,22 @@ class _Swarm:
         self.ready_at[self.stage >= 0] = 0.0
         self.free_at, self.qlen, self.epoch = np.zeros(P), np.zeros(P, np.int64), np.zeros(P, np.int64)
         self.prio, self.ema, self.order = np.zeros(P), np.zeros(P), np.zeros(P, np.int64)
+        self.weight = np.zeros(P)  # share of each EMA that is measured (labkit.kernels.iwrr.ema_fold)
         self.banned, self.counter = np.ones(P, np.bool_), 0
-        self.initial_ema = float(np.mean(w.fwd[self.stage >= 0] + 2 * w.hop_seconds[self.stage >= 0, None]))
         for i in np.nonzero(self.stage >= 0)[0]:
             self.announce(int(i))
-        self.slots = (np.zeros(W, np.int64), np.full((W, S), -1, np.int64), np.zeros((W, S), np.int64),
-                      np.zeros(W), np.arange(W, dtype=np.int64))
-        # every slot starts by issuing its first hop at t = 0; a sorted array is a valid heap
+        # every slot starts by issuing its first hop at t = 0 (a sorted array is a valid heap), but
+        # with a step barrier only as many as the first step has microbatches: the rest wait
+        barrier = s.boundary_seconds is not None and w.group > 0
+        first = min(W, w.group) if barrier else W
+        self.slots = (np.where(np.arange(W) < first, 0, PARKED).astype(np.int64), np.full((W, S), -1, np.int64),
+                      np.zeros((W, S), np.int64), np.zeros(W), np.arange(W, dtype=np.int64))
         self.heap = (np.zeros(W), np.arange(W, dtype=np.int64), np.arange(W, dtype=np.int64),
-                     np.full(W, RETRY, np.int64), np.array([W, W], np.int64))
-        self.counters = np.array([W, 0, 0, W], np.int64)
+                     np.full(W, RETRY, np.int64), np.array([first, W], np.int64))
+        self.counters = np.array([first, 0, 0, first, first], np.int64)
         n = np.arange(P + 2, dtype=float)
         t_ar = np.where(n > 1, 2 * (n - 1) / np.maximum(n, 1) * w.ar_time[:, None] + 2 * w.ar_rtt, 0.0)
-        self.sync = (w.group, t_ar)
+        self.sync = (w.group, t_ar, float(s.boundary_seconds) if barrier else -1.0)
         bins = math.ceil(s.duration / s.bin_seconds)
         self.work, self.busy, self.optimal = np.zeros(bins), np.zeros((bins, S)), np.zeros(bins)
         self.peer_seconds = np.zeros((bins, S))
@@ -63,7 +66,8 @@ class _Swarm:
         """Peer i starts serving its stage: it enters the router as `Router.announce` does."""
         s = int(self.stage[i])
         self.prio[i], self.ema[i] = iwrr_entry(self.stage, self.prio, self.ema, self.banned, s, self.s.epsilon,
-                                               self.initial_ema)
+                                               INITIAL_EMA)
+        self.weight[i] = 0.0 if self.s.debias_ema else 1.0
         self.counter += 1
         self.order[i], self.banned[i] = self.counter, False
 
@@ -84,9 +88,9 @@ class _Swarm:
 
     def advance(self, t_end: float) -> None:
         w, s = self.w, self.s
-        links = (w.hop_rtt / 2, w.hop_rtt / 2, w.hop_seconds - w.hop_rtt, float(s.stream_chunks))
+        links = (w.hop_rtt / 2, w.hop_rtt / 2, w.hop_seconds - w.hop_rtt, float(s.stream_chunks), s.relay)
         run_until(t_end, s.stages, (self.stage, self.free_at, self.qlen, self.epoch),
-                  (self.prio, self.ema, self.order, self.banned, s.gamma), (w.fwd, w.bwd, s.service_cv),
+                  (self.prio, self.ema, self.weight, self.order, self.banned, s.gamma), (w.fwd, w.bwd, s.service_cv),
                   links, self.slots, self.heap, self.counters, self.sync, self.out, self.hops)
 
 
@@ -103,8 +107,10 @@ def check_events(s: SimScenario, max_hops: int) -> None:
 
 
 def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 200_000,
-               progress: Callable[[float], None] | None = None) -> SimResult:
-    """Simulate `s` microbatch by microbatch; hop, peer, step and run events (hops capped).
+               progress: Callable[[float], None] | None = None, loads: bool = False) -> SimResult:
+    """Simulate `s` microbatch by microbatch; hop, peer, step and run events (hops capped), and
+    with `loads` every serving peer's queue length each `bin_seconds` (load events, as the
+    runtime publishes them).
 
     `progress(t)` is called with the virtual time reached after each membership segment.
     """
@@ -118,11 +124,13 @@ def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 20
             for i in np.nonzero(sw.stage >= 0)[0]]
     period = s.rebalance_period or math.inf
     next_tick, k, next_slot, t = period, 0, int((w.stage0 >= 0).sum()), 0.0
+    next_load = s.bin_seconds if loads else math.inf
     rank = np.arange(len(w.names), dtype=np.int64)
     x_opt = sw.rate_of_optimum()
     while t < s.duration:
         pending = sw.ready_at[sw.banned & (sw.stage >= 0)]
-        t_next = min(s.duration, next_tick, w.ev_t[k] if k < len(w.ev_t) else math.inf, pending.min(initial=math.inf))
+        t_next = min(s.duration, next_tick, next_load, w.ev_t[k] if k < len(w.ev_t) else math.inf,
+                     pending.min(initial=math.inf))
         _spread(sw.optimal, x_opt, t, t_next, s.bin_seconds)
         per_stage = np.bincount(sw.serving()[sw.serving() >= 0], minlength=s.stages)
         for stage in range(s.stages):
@@ -149,6 +157,10 @@ def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 20
                 sw.leave(i, int(joined), t)
                 out.append(events.peer(t, peer=w.names[i], stage=int(joined), state="joined", queue=0))
             k += 1
+        if next_load <= t:
+            out += [events.load(t, peer=w.names[i], stage=int(sw.stage[i]), queue=int(sw.qlen[i]))
+                    for i in np.nonzero(sw.serving() >= 0)[0]]
+            next_load += s.bin_seconds
         if next_tick <= t:
             out += [events.peer(t, peer=w.names[i], stage=int(sw.stage[i]), state="alive", queue=int(sw.qlen[i]))
                     for i in np.nonzero(sw.serving() >= 0)[0]]
@@ -160,8 +172,9 @@ def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 20
         x_opt = sw.rate_of_optimum()
     out += _hop_and_step_events(s, w, sw)
     out.append(events.run(s.duration, state="finished"))
-    entered, finished, lost, _ = (int(c) for c in sw.counters)
-    counters = {"entered": entered, "finished": finished, "lost": lost, "in_flight": entered - finished - lost}
+    entered, finished, lost = (int(c) for c in sw.counters[:3])
+    redone = lost if sw.sync[2] >= 0 else 0  # with a step barrier a lost microbatch is redone, not entered again
+    counters = {"entered": entered, "finished": finished, "lost": lost, "in_flight": entered - finished - lost + redone}
     return SimResult(mode="events", bin_seconds=s.bin_seconds, samples_per_microbatch=s.microbatch, work=sw.work,
                      optimal=sw.optimal, stage_busy=sw.busy, peer_seconds=sw.peer_seconds, events=out,
                      counters=counters, wall_seconds=time.perf_counter() - start)

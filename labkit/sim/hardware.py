@@ -95,3 +95,13 @@ def stage_costs(*, model: str, stages: int, microbatch: int, seq_len: int, check
     return StageCosts(fwd_flops=fwd, bwd_flops=bwd, blocks=split,
                       activation_bytes=tokens * d * wire_bytes / compression,
                       stage_params=tuple(n * block_params(d) for n in split))
+
+
+def service_seconds(costs: StageCosts, device: str, efficiency: float, overhead_ms: float) -> tuple[list[float], list[float]]:
+    """(forward, backward) seconds of one microbatch on each stage for a `device` preset reaching
+    `efficiency` of its peak, plus `overhead_ms` per block and pass: the simulator's service times
+    and what a peer on that virtual device is held to (labkit/runtime/pacing.py)."""
+    rate = DEVICES[device][0] * 1e12 * efficiency  # FLOP/s achieved
+    overhead = [n * overhead_ms / 1e3 for n in costs.blocks]
+    return ([f / rate + o for f, o in zip(costs.fwd_flops, overhead)],
+            [f / rate + o for f, o in zip(costs.bwd_flops, overhead)])

@@ -49,6 +49,24 @@ def global_mix() -> SimScenario:
                        global_batch=1024, bin_seconds=60.0)
 
 
+def world(stages: int, per_stage: int, trainers: int, name: str) -> SimScenario:
+    """A world for the real runtime (`RunConfig(world=...)`): SWARM's xxlarge priced on a mix of
+    T4, V100, RTX3080 and A100 in three regions (3 : 2 : 2 : 1 of every stage), trainers in eu.
+    Each device takes 0.03-0.5 s a request, so 2 CPU cores computing the nano stand-in keep up."""
+    mix = (("T4", "eu", 3), ("V100", "us", 2), ("RTX3080", "eu", 2), ("A100", "asia", 1))
+    peers = tuple(PeerGroup(device=d, count=per_stage * k // 8, stage=st, region=r)
+                  for st in range(stages) for d, r, k in mix)
+    links = (Link(a="eu", b="eu", rtt_ms=5.0, bandwidth_mbps=1000.0), Link(a="eu", b="us", rtt_ms=90.0, bandwidth_mbps=200.0),
+             Link(a="eu", b="asia", rtt_ms=200.0, bandwidth_mbps=100.0), Link(a="us", b="asia", rtt_ms=150.0, bandwidth_mbps=100.0))
+    return SimScenario(name=name, model="xxlarge", stages=stages, peers=peers, trainer_region="eu", links=links,
+                       trainers=trainers, window=2, microbatch=4, seq_len=512, duration=120.0, bin_seconds=10.0)
+
+
+WORLD_PRESETS: dict[str, Callable[[], SimScenario]] = {
+    "world-64": lambda: world(4, 16, 16, "world-64"),
+    "world-16": lambda: world(2, 8, 4, "world-16"),
+}
+
 SIM_PRESETS: dict[str, Callable[[], SimScenario]] = {
     "small-swarm": small_swarm,
     "global-mix": global_mix,

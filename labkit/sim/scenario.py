@@ -114,15 +114,20 @@ class SimScenario:
     compression: float = 1.0  # activations and gradients are this many times smaller on the wire
     service_cv: float = 0.2  # coefficient of variation of compute times (gamma distributed)
     global_batch: int | None = None  # samples per optimizer step (all-reduce per stage); None = none
+    boundary_seconds: float | None = None  # with a global batch: trainers wait at each step boundary (as the runtime's
+    # do) for the step's last microbatch, then this many seconds in place of the modelled all-reduce; None = no barrier
     rebalance_period: float | None = None  # Algorithm 2 period T in seconds; None = no rebalancing
     move_seconds: float | None = None  # downtime of a moving peer; None = stage state / bandwidth
     directed_joins: bool = True  # with rebalancing, newcomers join the stage Algorithm 2 picks; else uniform
+    relay: bool = False  # events mode: hops as labkit's runtime makes them (trainers relay: a middle stage's answer
+    # carries a payload back; the last stage's forward and backward share one round trip); False = the paper's hops
     stream_chunks: int = 1  # events mode: payloads stream in this many chunks and a peer computes a chunk as soon
     # as it is in, so transfer hides behind compute (SWARM App. F); 1 = the whole payload first, then compute
     duration: float = 600.0  # simulated seconds
     trace: Trace = ()  # (time, change in peers) events
     churn: ChurnModel | None = None  # if set, the trace is generated from it (with `seed`)
     gamma: float = 0.1  # router EMA smoothing
+    debias_ema: bool = True  # a peer's first answer replaces the router's prior (False: the paper's plain EMA)
     epsilon: float = 1e-6  # router entry priority above the stage minimum
     bin_seconds: float = 60.0  # width of the throughput-over-time bins
     seed: int = 0  # seeds the trace, the leaver draws and service noise
@@ -166,6 +171,9 @@ class SimScenario:
                f"a number from 1 to {MAX_COMPRESSION:g}")
         _check(self.global_batch is None or (_int(self.global_batch) and self.global_batch >= self.microbatch), o,
                "global_batch", self.global_batch, f"None or an integer >= microbatch={self.microbatch}")
+        _check(self.boundary_seconds is None or (self.global_batch is not None and _num(self.boundary_seconds)
+                                                 and 0 <= self.boundary_seconds <= MAX_SECONDS), o, "boundary_seconds",
+               self.boundary_seconds, f"None, or with a global batch a number of seconds from 0 to {MAX_SECONDS:g}")
         for name in ("rebalance_period", "move_seconds"):
             value = getattr(self, name)
             low = 0 if name == "move_seconds" else 1e-9
@@ -181,6 +189,8 @@ class SimScenario:
         _check(self.churn is None or isinstance(self.churn, ChurnModel), o, "churn", self.churn, "None or a ChurnModel")
         _check(self.churn is None or not self.trace, o, "trace", self.trace, "empty when churn generates the trace")
         _check(_num(self.gamma) and 0 < self.gamma <= 1, o, "gamma", self.gamma, "a number in (0, 1]")
+        _check(isinstance(self.debias_ema, bool), o, "debias_ema", self.debias_ema, "True or False")
+        _check(isinstance(self.relay, bool), o, "relay", self.relay, "True or False")
         _check(_num(self.epsilon) and 0 <= self.epsilon <= MAX_SECONDS, o, "epsilon", self.epsilon,
                f"a number from 0 to {MAX_SECONDS:g}")
         _check(_int(self.seed) and 0 <= self.seed < 2**32, o, "seed", self.seed,

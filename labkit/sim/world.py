@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.sim.hardware import DEVICES, stage_costs
+from labkit.sim.hardware import service_seconds, stage_costs
 from labkit.sim.links import join_group, region_link
 from labkit.sim.scenario import SimScenario
 
@@ -58,10 +58,9 @@ def build_world(s: SimScenario) -> World:
     groups = [(g.device, g.region, g.stage) for g in s.peers for _ in range(g.count)]
     groups += [(s.join_device or joiner.device, joiner.region, -1)] * joins
     devices = [d for d, _, _ in groups]
-    rate = np.array([DEVICES[d][0] * 1e12 * s.efficiency for d in devices])  # FLOP/s achieved
-    overhead = np.array(costs.blocks) * s.overhead_ms / 1e3
-    fwd = np.array(costs.fwd_flops)[None, :] / rate[:, None] + overhead[None, :]
-    bwd = np.array(costs.bwd_flops)[None, :] / rate[:, None] + overhead[None, :]
+    per_device = {d: service_seconds(costs, d, s.efficiency, s.overhead_ms) for d in set(devices)}
+    fwd = np.array([per_device[d][0] for d in devices]).reshape(len(devices), s.stages)
+    bwd = np.array([per_device[d][1] for d in devices]).reshape(len(devices), s.stages)
     links = [region_link(s, s.trainer_region, r) for _, r, _ in groups]
     rtt0, bw0 = s.rtt_ms / 1e3, s.bandwidth_mbps * 1e6 / 8.0
     rng = np.random.default_rng([s.seed, 1])

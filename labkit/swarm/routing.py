@@ -6,7 +6,9 @@ per-peer state in arrays and names peers, so a routing figure from the simulator
 real system.
 
 Each peer serves one stage. Per peer the router keeps an exponential moving average (EMA) of its
-response time and a priority. `choose(stage)` returns the live peer of the stage with the smallest
+response time and a priority. A new peer's EMA is a prior (its stage's mean); with `debias` its
+first answer replaces the prior and later ones fold in as a bias-corrected average (as Adam
+corrects its moments), so a router learns a link in one answer instead of tens. `choose(stage)` returns the live peer of the stage with the smallest
 priority and charges it its EMA ("pick and charge"), so a peer that answers twice as fast is picked
 twice as often. A fault bans a peer (it is never picked) until it re-announces itself.
 """
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.kernels.iwrr import ema_fold, iwrr_entry, iwrr_pick
+from labkit.kernels.iwrr import INITIAL_EMA, ema_fold, iwrr_entry, iwrr_pick
 
 
 @dataclass
@@ -44,9 +46,12 @@ class Router:
         tried at once but does not receive a burst of work while its EMA is still a guess.
     initial_ema: EMA of a peer whose stage has no measured peer yet; otherwise a newcomer starts
         at the stage's mean EMA.
+    debias: the first answer replaces the prior (True), or folds into it like any other (False:
+        the paper's EMA, which needs about 1/gamma answers to forget a wrong prior).
     """
 
-    def __init__(self, *, gamma: float = 0.1, epsilon: float = 1e-6, initial_ema: float = 1.0) -> None:
+    def __init__(self, *, gamma: float = 0.1, epsilon: float = 1e-6, initial_ema: float = INITIAL_EMA,
+                 debias: bool = True) -> None:
         if not 0.0 < gamma <= 1.0:
             raise ValueError(f"gamma={gamma!r} is not allowed: it must be in (0, 1]")
         if epsilon < 0.0:
@@ -56,12 +61,14 @@ class Router:
         self.gamma = gamma
         self.epsilon = epsilon
         self.initial_ema = initial_ema
+        self.prior_weight = 0.0 if debias else 1.0  # how much of a newcomer's EMA counts as measured
         self._slot: dict[str, int] = {}  # peer name -> array slot
         self._names: list[str | None] = []  # array slot -> peer name (None = free slot)
         self._free: list[int] = []
         self._stage = np.empty(0, np.int64)  # -1 marks a free slot
         self._prio = np.empty(0)
         self._ema = np.empty(0)
+        self._weight = np.empty(0)
         self._order = np.empty(0, np.int64)
         self._banned = np.empty(0, np.bool_)
         self._counter = 0
@@ -78,6 +85,7 @@ class Router:
                 i = self._new_slot(peer)
             self._counter += 1
             self._stage[i], self._ema[i], self._order[i] = stage, ema, self._counter
+            self._weight[i] = self.prior_weight
         self._banned[i] = False
         self._prio[i] = priority
 
@@ -105,7 +113,7 @@ class Router:
         """Fold one measured response time into the peer's EMA."""
         i = self._slot.get(peer)
         if i is not None:
-            ema_fold(self._ema, i, float(seconds), self.gamma)
+            ema_fold(self._ema, self._weight, i, float(seconds), self.gamma)
 
     # -- inspection -------------------------------------------------------------------------
     def peers(self, stage: int | None = None, *, include_banned: bool = True) -> list[str]:
@@ -116,6 +124,11 @@ class Router:
             for i in slots
             if (stage is None or self._stage[i] == stage) and (include_banned or not self._banned[i])
         ]
+
+    def view(self) -> list[dict[str, object]]:
+        """Every live peer as the router sees it: name, stage, EMA and priority (the router event)."""
+        return [{"peer": name, "stage": r.stage, "ema": r.ema, "priority": r.priority}
+                for name in self.peers(include_banned=False) for r in [self.record(name)]]
 
     def record(self, peer: str) -> PeerRecord:
         """A snapshot of the router's record of one peer (KeyError if unknown)."""
@@ -130,6 +143,7 @@ class Router:
             self._stage = np.concatenate([self._stage, np.full(grow, -1, np.int64)])
             self._prio = np.concatenate([self._prio, np.zeros(grow)])
             self._ema = np.concatenate([self._ema, np.zeros(grow)])
+            self._weight = np.concatenate([self._weight, np.zeros(grow)])
             self._order = np.concatenate([self._order, np.zeros(grow, np.int64)])
             self._banned = np.concatenate([self._banned, np.zeros(grow, np.bool_)])
             self._names.extend([None] * grow)

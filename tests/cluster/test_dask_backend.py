@@ -29,6 +29,7 @@ from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
 from labkit.backends.dask.workers import cluster_workers
 from labkit.config import ModelConfig, RunConfig
 from tests.integration.test_links import check_links, linked_run, two_continents
+from tests.integration.test_world import check_world, small_world, world_run
 from tests.integration.test_faults import check_stop_is_bounded
 from tests.integration.test_verb_inputs import check_verb_inputs
 from labkit.data import WindowSampler, load_corpus
@@ -169,6 +170,13 @@ def test_emulated_links_delay_dask_hops_as_modelled_and_work_shifts_to_near_peer
     """The same links, with trainers and peers in worker processes (the file read on each worker)."""
     cfg = linked_run(small_run, two_continents(tmp_path))
     check_links(labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address))
+
+
+def test_a_world_runs_on_dask_on_virtual_devices_with_its_churn_and_stays_exact(cluster, small_run: RunConfig,
+                                                                                 tmp_path: Path) -> None:
+    """The same world, each peer on its virtual device in its worker process."""
+    cfg = world_run(small_run, small_world(tmp_path))
+    check_world(labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address), cfg)
 
 
 def test_a_stale_handle_on_a_stopped_peer_fails_at_once(cluster) -> None:

@@ -28,7 +28,7 @@ def test_train_writes_a_run_directory(tmp_path: Path) -> None:
     assert "validation loss" in out.stdout
     assert "report: run/report.html" in out.stdout.splitlines()  # the run directory as given
     report = (run / "report.html").read_text()
-    assert report.count("<svg") == 6 and "<h2>loss</h2>" in report  # every lab chart, as a static picture
+    assert report.count("<svg") == 7 and "<h2>loss</h2>" in report  # every lab chart, as a static picture
     assert "loss (nats/byte)" in report and "nats/token" not in report  # the model's tokens are bytes
 
 
@@ -43,6 +43,9 @@ def test_train_writes_a_run_directory(tmp_path: Path) -> None:
     (["--backend", "inprocess", "--scheduler", "tcp://127.0.0.1:9"], "is not allowed with backend='inprocess'"),
     (["--backend", "ray"], "argument --backend: invalid choice"),
     (["--rebalance-period", "-5"], "RunConfig.rebalance_period=-5.0 is not allowed"),
+    (["--world", "nowhere"], "RunConfig.world='nowhere' is not allowed: the path of an existing scenario file or a preset"),
+    (["--world", "world-16", "--plan", "plan.json"], "--plan and --world are not allowed together"),
+    (["--world", "world-16", "--links", "world-16"], "RunConfig.world='world-16' is not allowed"),
 ])
 def test_bad_flags_give_one_line_errors(tmp_path: Path, args: list[str], needle: str) -> None:
     out = _labkit("train", *args, cwd=tmp_path)
@@ -63,3 +66,16 @@ def test_train_follows_a_plan(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (config["stages"], config["peers"], config["layer_split"]) == (2, [2, 1], [3, 1])
+
+
+def test_train_runs_a_world(tmp_path: Path) -> None:
+    from tests.integration.test_world import small_world
+
+    world = small_world(tmp_path)
+    out = _labkit("train", "--world", world, "--steps", "2", "--seq-len", "32", "--eval-every", "0", "--no-progress",
+                  "--no-report", "--run-dir", "run", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["stages"], config["peers"], config["trainers"], config["world"]) == (2, [2, 2], 2, world)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["device_requests"] > 0

@@ -28,6 +28,9 @@ def known_run() -> list[ev.Event]:
         out += [fwd(t, "t0", 0, "s0p0"), fwd(t + 0.2, "t0", 0, "s0p1"), fwd(t + 0.3, "t0", 1, "s1p0"),
                 fwd(t + 0.5, "t1", 0, "s0p0")]
     out.append(ev.load(5.0, peer="s0p1", stage=0, queue=3))
+    out += [ev.router(t, trainer="t0", peers=[{"peer": "s0p0", "stage": 0, "ema": 0.1 + 0.1 / t, "priority": t},
+                                               {"peer": "s0p1", "stage": 0, "ema": 0.2 + 0.1 / t, "priority": t}])
+            for t in (2.0, 4.0)]
     out.append(ev.peer(10.8, peer="s0p1", stage=0, state="killed", queue=0))
     out.append(ev.peer(11.0, peer="s0p2", stage=0, state="joined", queue=0))
     out.append(ev.setting(11.5, name="codec", value="int8"))
@@ -177,7 +180,7 @@ def test_a_task_pools_servers_clients_and_pool_and_its_clients_share_of_the_slic
 def test_chart_names_follow_the_executor() -> None:
     assert SPECS["taskpool"].charts == ("pool", "routing", "timeline", "throughput", "loss")
     assert SPECS["atom"].charts == ("swaps", "throughput", "loss")
-    assert SPECS["swarm"].charts == ("routing", "loads", "timeline", "throughput", "loss", "traffic")
+    assert SPECS["swarm"].charts == ("routing", "loads", "router", "timeline", "throughput", "loss", "traffic")
     assert Rows.for_config(RunConfig(executor="atom")).charts == SPECS["atom"].charts
 
 
@@ -195,6 +198,13 @@ def test_every_chart_renders_the_rows_offline() -> None:
     for text in ("Task pool: servers, clients and pooled work", "servers and clients", "samples in the pool", "servers",
                  "clients", "pool"):
         assert f">{text}<" in svg, text
+
+
+def test_router_views_become_one_row_per_trainer_and_peer() -> None:
+    rows = Rows().extend(known_run()).dataset("router")
+    assert [(r["t"], r["peer"], round(r["ema"], 9)) for r in rows] == [
+        (2.0, "s0p0", 0.15), (2.0, "s0p1", 0.25), (4.0, "s0p0", 0.125), (4.0, "s0p1", 0.225)]
+    assert {r["trainer"] for r in rows} == {"t0"}
 
 
 def test_a_run_directory_without_events_or_with_a_bad_line_is_refused(tmp_path) -> None:

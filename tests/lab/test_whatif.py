@@ -10,7 +10,8 @@ import pytest
 import labkit
 from labkit.config import ConfigError, RunConfig
 from labkit.events import Event, hop, peer
-from labkit.lab.whatif import (DEFAULT_PERIOD, PeerSpeed, WhatIfPanel, activation_bytes, measured_speeds,
+from labkit.lab.whatif_panel import WhatIfPanel
+from labkit.lab.whatif import (DEFAULT_PERIOD, PeerSpeed, activation_bytes, measured_speeds,
                                measured_world, what_if, what_if_scenario)
 from labkit.runtime.eventlog import EventLog
 
@@ -117,5 +118,7 @@ def test_panel_on_a_real_run(small_run: RunConfig) -> None:
     assert f"({result.with_rebalancing:.1f} % of its optimum)" in line
     assert f"without {result.mean_tokens_per_s('without rebalancing'):,.0f} tokens/s" in line
     assert f"({result.without_rebalancing:.1f} %); optimum: the same live peers all serving, best placed" in line
+    assert panel.error is not None and "its own error on this run: at 1x it predicts" in line
+    assert f"({panel.error:+.0%})" in line
     assert panel.chart.chart.to_dict()["data"]["values"] == result.series
     panel.close()

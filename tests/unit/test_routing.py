@@ -46,12 +46,12 @@ def test_newcomer_gets_stage_mean_ema_and_floor_priority():
     router = Router(epsilon=0.5)
     router.announce("a", stage=0)
     router.announce("b", stage=0)
-    router.report("a", 3.0)  # ema a = 0.1*3 + 0.9*1 = 1.2
+    router.report("a", 3.0)  # a's first answer replaces its prior: ema a = 3; b keeps the prior 1
     router.choose(0)
     router.announce("c", stage=0)
     record = router.record("c")
-    assert abs(record.ema - (1.2 + 1.0) / 2) < 1e-12
-    assert record.priority == 1.5  # a: 0.5 then charged 1.2; b: 0.5 + 0.5 = 1.0 -> floor 1.0 + epsilon
+    assert abs(record.ema - (3.0 + 1.0) / 2) < 1e-12
+    assert record.priority == 1.5  # a: 0.5 then charged 3; b: 0.5 + 0.5 = 1.0 -> floor 1.0 + epsilon
     assert router.choose(1) is None
 
 
@@ -69,3 +69,36 @@ def test_choose_move_and_join_stage():
     assert join_stage(queues, 3) == 1
     assert join_stage({"a": (0, 0.0)}, 2) == 1
     assert choose_move({"a": (0, 0.0), "b": (1, 5.0)}, 2) is None  # would empty stage 0
+
+
+def test_debiased_router_learns_a_link_from_its_first_answer():
+    """Issue 26: a near peer (20 ms) and a far one (300 ms) from a 1 s prior. Debiased, the first
+    answer of each replaces the prior, so the far peer gets its fair ~1/16 of the picks at once;
+    the paper's plain EMA keeps sending it about a third of the first 48 (the warm-up that made the
+    real two-continents runs route a third of their hops far)."""
+    def far_share(debias: bool) -> float:
+        router = Router(debias=debias)
+        router.announce("near", stage=0)
+        router.announce("far", stage=0)
+        far = 0
+        for _ in range(48):
+            peer = router.choose(0)
+            router.report(peer, 0.02 if peer == "near" else 0.3)
+            far += peer == "far"
+        return far / 48
+
+    assert far_share(True) <= 0.1 < 0.25 <= far_share(False)
+    assert Router(debias=True).prior_weight == 0.0 and Router(debias=False).prior_weight == 1.0
+
+
+def test_debiased_ema_is_the_mean_while_young_and_the_ema_later():
+    router = Router(gamma=0.5)
+    router.announce("a", stage=0)
+    router.report("a", 2.0)
+    assert router.record("a").ema == 2.0  # the first answer replaces the prior of 1 s
+    router.report("a", 4.0)  # weights 0.5 * 2 (the first, decayed) and 0.5 * 4 over 0.75
+    assert abs(router.record("a").ema - (0.25 * 2.0 + 0.5 * 4.0) / 0.75) < 1e-12
+    classic = Router(gamma=0.5, debias=False)
+    classic.announce("a", stage=0)
+    classic.report("a", 2.0)
+    assert classic.record("a").ema == 0.5 * 2.0 + 0.5 * 1.0

@@ -23,7 +23,7 @@ SPEC = ExecutorSpec(
     title="SWARM: a pipeline of stages, each a swarm of peers; trainers route microbatches stochastically",
     config=SwarmConfig,
     launch={"inprocess": "labkit.executors.swarm.inprocess:launch", "dask": "labkit.executors.swarm.dask:launch"},
-    charts=("routing", "loads", "timeline", "throughput", "loss", "traffic"),
+    charts=("routing", "loads", "router", "timeline", "throughput", "loss", "traffic"),
     run_fields=("stages", "peers", "layer_split", "trainers", "compression.codec", "compression.boundary",
                 "compression.factor", "sync.mode", "sync.inner_steps", "sync.outer_lr", "sync.outer_momentum",
                 "rebalance_period"),
@@ -32,4 +32,5 @@ SPEC = ExecutorSpec(
     held=stage_copies,
     in_flight=lambda run: run.trainers * run.inflight,
     whatif=True,
+    worlds=True,
 )

@@ -121,17 +121,18 @@ class DaskPeers:
         peer.actor.go_live().result(START_TIMEOUT)
 
     def _wait_announced(self, peers: list[RemotePeer]) -> None:
-        """Wait until each of `peers` has started and the DHT lists it under its actor's key:
-        from then on trainers can find it."""
+        """Wait until each of `peers` still in the run has started and the DHT lists it under its
+        actor's key: from then on trainers can find it. A peer killed meanwhile is not waited for."""
         deadline = time.monotonic() + START_TIMEOUT
         for peer in peers:
             peer.actor
+        members = self.coordinator.members.peers
         while True:
             try:
                 found = self.directory.discover()
             except Exception:  # a DHT hiccup: ask again
                 found = {}
-            missing = [p.name for p in peers if found.get(p.name, {}).get("key") != p.key]
+            missing = [p.name for p in peers if members.get(p.name) is p and found.get(p.name, {}).get("key") != p.key]
             if not missing:
                 return
             if time.monotonic() > deadline:

@@ -62,13 +62,15 @@ def test_long_batches_wrap_the_calendar_many_times():
 
 
 @settings(max_examples=150, deadline=None)
-@given(peer_arrays(), st.integers(0, 3), st.floats(0.0, 1.0), st.floats(0.0, 5.0), st.floats(0.01, 1.0))
-def test_entry_and_ema_fold_match_twins(arrays, s, epsilon, seconds, gamma):
+@given(peer_arrays(), st.integers(0, 3), st.floats(0.0, 1.0), st.floats(0.0, 5.0), st.floats(0.01, 1.0),
+       st.floats(0.0, 1.0))
+def test_entry_and_ema_fold_match_twins(arrays, s, epsilon, seconds, gamma, weight):
     stage, prio, ema, order, banned = arrays
     kernel = iwrr_entry(stage, prio, ema, banned, s, epsilon, 0.7)
     twin = iwrr_entry_py(stage, prio, ema, banned, s, epsilon, 0.7)
     assert kernel[0] == twin[0] and abs(kernel[1] - twin[1]) <= 1e-12 * max(1.0, abs(twin[1]))
     e_kernel, e_twin = ema.copy(), ema.copy()
-    ema_fold(e_kernel, 0, seconds, gamma)
-    ema_fold_py(e_twin, 0, seconds, gamma)
-    assert np.array_equal(e_kernel, e_twin)
+    w_kernel, w_twin = np.full(len(ema), weight), np.full(len(ema), weight)
+    ema_fold(e_kernel, w_kernel, 0, seconds, gamma)
+    ema_fold_py(e_twin, w_twin, 0, seconds, gamma)
+    assert np.allclose(e_kernel, e_twin, rtol=1e-12, atol=0) and np.array_equal(w_kernel, w_twin)

@@ -143,3 +143,42 @@ def test_spreading_time_over_bins_of_an_inexact_width_ends() -> None:
         a = k * width
     _spread(bins, 1.0, a, duration, width)
     assert bins.sum() == pytest.approx(duration)
+
+
+def test_a_step_barrier_holds_trainers_for_the_steps_last_microbatch_and_the_boundary():
+    """6 slots, 4 microbatches a step (4 peers a stage: no queueing): each step is one trip of 4
+    microbatches at once, then the boundary, so steps come every trip + boundary seconds."""
+    s = _equal(per_stage=4, trainers=2, window=3, rtt_ms=80.0, global_batch=16, boundary_seconds=0.5)
+    w = build_world(s)
+    trip = 2 * s.stages * w.hop_seconds[0] + (w.fwd[0] + w.bwd[0]).sum()
+    r = simulate(s, "events")
+    steps = [e["t"] for e in r.events if e["type"] == "step"]
+    assert len(steps) > 10
+    assert np.diff(steps) == pytest.approx(trip + 0.5, rel=1e-6)
+    assert 0 <= r.counters["finished"] - 4 * len(steps) < 4 and r.counters["in_flight"] <= 4
+    churn = simulate(_equal(per_stage=4, trainers=4, window=4, global_batch=32, boundary_seconds=0.5, duration=600.0,
+                            trace=((100.0, -3), (200.0, 4), (350.0, -2)), rebalance_period=30.0, service_cv=0.3),
+                     "events").counters
+    assert churn["lost"] > 0 and churn["entered"] == churn["finished"] + churn["in_flight"]  # lost ones are redone
+
+
+def test_relayed_hops_count_the_runtimes_round_trips_and_payloads():
+    """As the runtime's trainers relay: 2S - 1 round trips (the last stage's is one request) and
+    4S - 4 payloads (a middle stage's answer comes back; stage 0 sends tokens up, no gradient down)."""
+    s = _equal(trainers=1, window=1, rtt_ms=80.0, bandwidth_mbps=200.0, relay=True)
+    w = build_world(s)
+    payload = w.hop_seconds[0] - w.hop_rtt[0]
+    trip = (2 * s.stages - 1) * w.hop_rtt[0] + (4 * s.stages - 4) * payload + (w.fwd[0] + w.bwd[0]).sum()
+    assert simulate(s, "events").work.sum() / s.duration == pytest.approx(1 / trip, rel=0.02)
+
+
+def test_load_events_come_every_bin_and_change_nothing_else():
+    from labkit.sim.events_sim import run_events
+
+    s = _equal(per_stage=2, trainers=4, window=2, duration=30.0, bin_seconds=5.0)
+    plain, with_loads = run_events(s), run_events(s, loads=True)
+    loads = [e for e in with_loads.events if e["type"] == "load"]
+    assert sorted({e["t"] for e in loads}) == [5.0, 10.0, 15.0, 20.0, 25.0]
+    assert len(loads) == 5 * 8 and max(e["queue"] for e in loads) >= 1
+    assert plain.counters == with_loads.counters
+    assert [e for e in with_loads.events if e["type"] != "load"] == plain.events

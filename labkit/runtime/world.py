@@ -1,0 +1,91 @@
+"""A world the real runtime runs: one scenario file's devices, links, trainers and churn.
+
+`world_config(path)` makes the run the file describes: its stages and peers, trainers (each
+keeping the file's `window` microbatches in flight), router and rebalancing, with every peer on its
+virtual device (labkit/runtime/pacing.py) behind the file's links (labkit/runtime/links.py).
+`replay_churn` replays the file's membership trace (its churn model's, seeded) through the run's
+handle as real kills and joins, with the simulator's own draws (labkit/sim/world.py): a leaver
+from a uniformly drawn stage among those with peers, a joiner on the stage Algorithm 2 picks when
+the file rebalances with directed joins, else on a uniformly drawn one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from labkit.config import ConfigError, RunConfig
+from labkit.executors.registry import SPECS
+from labkit.runtime.handle import RunHandle
+from labkit.runtime.links import load_links, read_scenario
+from labkit.sim.scenario import SimScenario
+from labkit.sim.world import build_world
+
+
+def load_world(cfg: RunConfig) -> SimScenario:
+    """`cfg.world` read and checked against the run's shape (as `load_links` checks a links
+    file); only for an executor whose spec says its runs live in worlds (SWARM's)."""
+    if not cfg.spec.worlds:
+        raise ConfigError("RunConfig", "world", cfg.world, f"a world for an executor whose peers live in one "
+                          f"({[n for n, spec in SPECS.items() if spec.worlds]}; this run's {cfg.spec.name!r} has no "
+                          f"virtual devices and no churn to replay)")
+    return load_links(cfg)
+
+
+def world_config(path: str, base: RunConfig | None = None) -> RunConfig:
+    """The run of the world `path` names (a preset's name or a scenario file): `base` (default RunConfig()) with the world's stages, peers,
+    trainers (each keeping the world's `window` microbatches in flight), microbatch, router and
+    rebalancing. The run trains `base`'s model (nano by default) as a stand-in while its peers
+    take the time the world's model would; the global batch is the world's, else one round of
+    every trainer's in-flight microbatches; steps, learning rate and seed stay `base`'s."""
+    s = read_scenario("world", path)
+    peers = tuple(sum(g.count for g in s.peers if g.stage == stage) for stage in range(s.stages))
+    return (base or RunConfig()).replace(
+        stages=s.stages, peers=peers, trainers=s.trainers, inflight=s.window, microbatch=s.microbatch,
+        global_batch=s.global_batch or s.microbatch * s.trainers * s.window, gamma=s.gamma, debias_ema=s.debias_ema,
+        rebalance_period=s.rebalance_period or 0.0, world=path)
+
+
+def replay_churn(run: RunHandle, s: SimScenario, stop: threading.Event | None = None) -> threading.Thread | None:
+    """Replay `s`'s membership trace on `run` in a background thread (None when it has none),
+    at the trace's seconds since the run's `started` event; ends with the run or when `stop` is set."""
+    w = build_world(s)
+    if len(w.ev_t) == 0:
+        return None
+    stop = stop or threading.Event()
+
+    def stages() -> list[dict[str, Any]] | None:
+        """The run's stages and their live peers, once a fresh state has them (None: the run ended)."""
+        while not (stop.is_set() or run.done):
+            state = run.state()
+            if state["stages"] and not state.get("stale"):
+                return state["stages"]
+            stop.wait(0.1)  # a step boundary holds the books: their state is back in moments
+        return None
+
+    def loop() -> None:
+        try:
+            run.wait_for(event={"type": "run", "state": "started"}, timeout=3600)
+        except (RuntimeError, TimeoutError):  # the run ended, or never started
+            return
+        origin = time.monotonic()  # the trace's seconds count from the run's start
+        for t, delta, u, v in zip(w.ev_t, w.ev_delta, w.ev_u, w.ev_v):
+            while not (stop.is_set() or run.done) and time.monotonic() < origin + t:
+                stop.wait(min(1.0, origin + t - time.monotonic()))
+            if (now := stages()) is None:
+                return
+            try:
+                if delta < 0:
+                    serving = [st for st in now if st["peers"]]
+                    if serving:
+                        stage = serving[min(int(u * len(serving)), len(serving) - 1)]["peers"]
+                        run.kill_peer(stage[min(int(v * len(stage)), len(stage) - 1)]["peer"])
+                else:
+                    run.add_peer(None if s.joins_by_policy else min(int(u * s.stages), s.stages - 1))
+            except RuntimeError:  # the run ended between the check and the verb
+                return
+
+    thread = threading.Thread(target=loop, name="labkit-churn", daemon=True)
+    thread.start()
+    return thread
