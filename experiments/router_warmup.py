@@ -22,8 +22,7 @@ from typing import Any
 
 import labkit
 from experiments._runs import parse_with_out, print_table
-from experiments.sim_vs_real import compare, world
-from labkit.config import ModelConfig, RunConfig
+from experiments.sim_vs_real import compare, links_config, world
 from labkit.sim import SimScenario
 
 QUARTERS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
@@ -51,14 +50,6 @@ def ema_at_quarters(events: list[dict[str, Any]], trainer: str = "t0") -> list[d
         last = [v for v in views if v["t"] <= t0 + b * (t1 - t0)][-1]
         out.append({p["peer"]: p["ema"] for p in last["peers"]})
     return out
-
-
-def links_config(s: SimScenario, path: str, steps: int, debias: bool) -> RunConfig:
-    """The scenario as a real run over its links (no virtual devices): its model, shape and trainers."""
-    peers = tuple(sum(g.count for g in s.peers if g.stage == st) for st in range(s.stages))
-    return RunConfig(model=ModelConfig(size=s.model, seq_len=s.seq_len), stages=s.stages, peers=peers,
-                     trainers=s.trainers, microbatch=s.microbatch, global_batch=256, steps=steps, gamma=s.gamma,
-                     debias_ema=debias, rebalance_period=0, eval_every=0, eval_batches=1, links=path)
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Microbatch-level discrete-event simulation of SWARM trainers and peers, as one numba loop.
 
 Each of W trainer slots keeps one microbatch in flight: forward through stages 0..S-1 on peers
-that IWRR picks (`iwrr_pick`, the router's kernel), then backward along the same peers. A hop is
+that its trainer's IWRR router picks (`iwrr_pick`, the router's kernel; a trainer's slots share it), then backward along the same peers. A hop is
 ARRIVE (the request's head reaches the peer after half a round trip; its payload streams in
 `chunks` pieces and the peer computes each piece once it is in: compute starts after the first
 piece and ends no sooner than the last piece's share after the last byte, so with 1 chunk the
@@ -62,8 +62,11 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
               slots: tuple, heap: tuple, counters: np.ndarray, sync: tuple, out: tuple, hops: tuple) -> None:
     """Process every event before `t_end`; state lives in the arrays passed in and is updated.
 
-    peers = (stage, free_at, qlen, epoch) per peer; router = (prio, ema, weight, order, banned, gamma);
-    service = (fwd, bwd, cv) with fwd/bwd[i, s] seconds; links = (out, back, payload, chunks, relay):
+    peers = (stage, free_at, qlen, epoch) per peer; router = (prio, ema, weight, order, banned, gamma, window):
+    a router per row of prio, ema and weight, slot w routing with row w // window (one row: all share it);
+    service = (fwd, bwd, cv, cores) with fwd/bwd[i, s] seconds and `cores` the times each core of the
+    one host every peer shares becomes free (empty: a device each): a computation also waits for
+    the first free core, so the host never computes more than its cores at once; links = (out, back, payload, chunks, relay):
     request and answer latency and payload seconds per peer, the pieces a payload streams in, and
     whether hops are the runtime's (trainers relay: a middle stage's answer carries a payload back,
     and the last stage's forward and backward share one round trip, as its one loss request);
@@ -77,8 +80,8 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
     times, step count box); hops = (t, slot, stage, peer, direction, seconds, mb, count box).
     """
     stage, free_at, qlen, epoch = peers
-    prio, ema, weight, order, banned, gamma = router
-    fwd, bwd, cv = service
+    prio, ema, weight, order, banned, gamma, window = router
+    fwd, bwd, cv, cores = service
     hop_out, hop_back, payload, chunks, relay = links
     pos, path, path_epoch, sent, mb_id = slots
     h_time, h_seq, h_slot, h_kind, box = heap
@@ -104,6 +107,10 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
                 if cv > 0.0:
                     seconds *= np.random.gamma(1.0 / (cv * cv), cv * cv)
                 start = max(t + payload[p] / chunks, free_at[p])
+                if cores.shape[0] > 0:  # peers sharing a host: the computation waits for its first free core
+                    c = np.argmin(cores)
+                    start = max(start, cores[c])
+                    cores[c] = start + seconds
                 free_at[p] = max(start + seconds, t + payload[p] + seconds / chunks)
                 _book(busy, s, start, seconds, bin_seconds)
                 box[1] += 1
@@ -124,7 +131,7 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
             if epoch[p] != path_epoch[w, s]:
                 kind = -2
             else:
-                ema_fold(ema, weight, p, t - sent[w], gamma)
+                ema_fold(ema[w // window], weight[w // window], p, t - sent[w], gamma)
                 k = hop_box[0]
                 if k < hop_t.shape[0]:
                     hop_t[k], hop_slot[k], hop_stage[k], hop_peer[k] = t, w, s, p
@@ -154,7 +161,7 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
                 pos[w] = 0  # with a step barrier, the same microbatch again (the step's count is kept)
             else:
                 _new_microbatch(w, pos, counters, mb_id)
-        _issue(t, w, num_stages, stage, prio, ema, order, banned, epoch, pos, path, path_epoch, sent,
+        _issue(t, w, num_stages, stage, prio[w // window], ema[w // window], order, banned, epoch, pos, path, path_epoch, sent,
                hop_out, relay, h_time, h_seq, h_slot, h_kind, box)
 
 

@@ -5,7 +5,9 @@ value the configs refuse shows the config's own one-line error (`ConfigError`) b
 value that does not parse shows one of the same style, and Launch stays disabled until none shows.
 Labels' tooltips are the `# ...` comments after each field of the configs. The fields come from
 labkit/config.py and from every registered executor's spec (its own config's fields, named
-"<executor>.<field>"); choosing an executor greys out the fields it does not read.
+"<executor>.<field>"); choosing an executor greys out the fields it does not read. Choosing a
+preset world runs it (labkit/runtime/world.py): its stages, peers, trainers and batch replace those
+typed above.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from labkit.config_checks import field_comments
 from labkit.executors.registry import NAMES, SPECS
 from labkit.executors.spec import FormField
 from labkit.runtime.launch import backend_refusal
+from labkit.runtime.world import world_config
+from labkit.sim.presets import WORLD_PRESETS
 
 BACKENDS = (("in-process", "inprocess"), ("embedded Dask cluster", "dask"), ("scheduler address", "scheduler"))
 RUN_SECTIONS = {"model": ModelConfig, "compression": CompressionConfig, "sync": SyncConfig}  # nested run configs by path
@@ -55,12 +59,13 @@ KINDS: dict[str, tuple[Callable[[str], Any], str]] = {
                     "blank (as even as possible) or a comma list of integers (blocks per stage)"),
     **{key: PARSERS[f.kind] for key, f in EXECUTOR_FIELDS.items() if f.kind != "choice"},
 }
-CHOICES = {"executor": NAMES, "model.size": tuple(MODEL_SIZES), "compression.codec": WIRE_CODECS,
+WORLDS = (("none", None), *((f"{name} ({preset().initial_peers} virtual GPUs)", name) for name, preset in WORLD_PRESETS.items()))
+CHOICES = {"world": WORLDS, "executor": NAMES, "model.size": tuple(MODEL_SIZES), "compression.codec": WIRE_CODECS,
            "compression.boundary": BOUNDARIES, "sync.mode": SYNC_MODES,
            **{key: f.choices for key, f in EXECUTOR_FIELDS.items() if f.kind == "choice"}}
 ORDER = ("executor", "model.size", "stages", "peers", "layer_split", "trainers", "global_batch", "microbatch", "steps",
          "lr", "compression.codec", "compression.boundary", "compression.factor", "sync.mode", "sync.inner_steps",
-         "sync.outer_lr", "sync.outer_momentum", "rebalance_period", *EXECUTOR_FIELDS)  # the fields, as the form lists them
+         "sync.outer_lr", "sync.outer_momentum", "rebalance_period", "world", *EXECUTOR_FIELDS)  # as the form lists them
 # the run fields some executor declares it reads (the others are read by every executor)
 DECLARED = {key for spec in SPECS.values() for key in spec.run_fields}
 # errors a config reports on a field the form does not show: the field they belong beside
@@ -173,6 +178,7 @@ class LaunchForm:
             errors["scheduler"] = ConfigError("launch", "scheduler", "", "a Dask scheduler address, e.g. tcp://host:8786")
         if errors:
             return None, errors
+        world = values.pop("world", None)  # a preset world sets the shape fields above when chosen
         changes: dict[str, Any] = {key: value for key, value in values.items() if "." not in key}
         own = self._defaults.executor if self._defaults.executor.name == executor else SPECS[executor].config()
         for path, base in [*((p, getattr(self._defaults, p)) for p in RUN_SECTIONS), (executor, own)]:
@@ -187,6 +193,7 @@ class LaunchForm:
             return None, errors
         try:
             cfg = self._defaults.replace(**changes)
+            cfg = cfg if world is None else world_config(world, cfg)
         except ConfigError as exc:
             return None, {_error_key(exc): exc}
         refusal = backend_refusal(cfg, self.launch_options()["backend"])  # launch's own words, before launching

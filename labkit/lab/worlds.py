@@ -2,25 +2,33 @@
 prediction of the same file, measured alike (experiments/sim_vs_real.py, notebook 13).
 
 The simulator gets the file itself plus what the file cannot say about the run: the runtime's
-hops (`relay`), its step barrier at the run's global batch with the real run's median gap between a step's last answer
+hops (`relay`) and routers (one per trainer), its step barrier at the run's global batch with the real run's median gap between a step's last answer
 and the next step's first request (`boundary_seconds`: the boundary reduces the stand-in's
 gradients, which the world does not price), and the wire bytes of the run's codec
-(`compression`). Nothing else comes from the real run.
+(`compression`). Nothing else comes from the real run. A run on real compute (links only, no
+virtual devices) is predicted with every peer on one host of this machine's cores, each stage's
+compute measured alone beforehand (`solo_seconds`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
+import time
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
 from labkit.config import RunConfig
 from labkit.events import Event
+from labkit.model.assembly import initial_states, stage_module
 from labkit.sim import SimScenario
 from labkit.sim.events_sim import run_events
+from labkit.sim.world import build_world
 from labkit.wire import get_codec
 
 WARMUP = 0.1  # share of a run's hop span left out of the shares (routers trying each peer once)
@@ -48,26 +56,79 @@ def codec_compression(cfg: RunConfig) -> float:
     return x.numel() * 4 / get_codec(cfg.compression.codec).encode(x).nbytes
 
 
-def runtime_names(s: SimScenario) -> dict[str, str]:
-    """The simulator's initial peer names -> the runtime's (`s{stage}p{k}`, file order)."""
-    names, k = {}, Counter()
+def runtime_names(s: SimScenario, events: list[Event]) -> dict[str, list[tuple[float, str]]]:
+    """Per simulated peer, from when on it bears which of the runtime's names: the k-th initial
+    peer of stage s is `s{s}p{k}` (file order); a joiner, or a peer moved to stage s, takes the
+    stage's next number, as the runtime names them (`Membership._next_name`)."""
+    names: dict[str, list[tuple[float, str]]] = {}
+    count = Counter()
     for i, g in enumerate(g for g in s.peers for _ in range(g.count)):
-        names[f"peer-{i:05d}"] = f"s{g.stage}p{k[g.stage]}"
-        k[g.stage] += 1
+        names[f"peer-{i:05d}"] = [(0.0, f"s{g.stage}p{count[g.stage]}")]
+        count[g.stage] += 1
+    for e in of_type(events, "peer"):
+        if e["state"] in ("moved", "joined") and e["t"] > 0:
+            names.setdefault(e["peer"], []).append((e["t"], f"s{e['stage']}p{count[e['stage']]}"))
+            count[e["stage"]] += 1
     return names
 
 
-def simulate_like(s: SimScenario, cfg: RunConfig, events: list[Event], *, loads: bool = False) -> list[Event]:
+def _named(e: Event, names: dict[str, list[tuple[float, str]]]) -> Event:
+    """Event `e` of the simulator under the runtime's name its peer bore at its time."""
+    if "peer" not in e or e["peer"] not in names:
+        return e
+    return e | {"peer": [name for t, name in names[e["peer"]] if t <= e["t"]][-1]}
+
+
+def solo_seconds(cfg: RunConfig, repeats: int = 15) -> tuple[list[float], list[float]]:
+    """Per stage, the median seconds one microbatch of `cfg` takes forward and backward computed
+    alone on one thread (the last stage's loss request, forward and backward, counts as its
+    forward): what a peer costs with a core to itself, for a run without virtual devices."""
+    torch.set_num_threads(1)
+    m = cfg.model
+    tokens = torch.randint(0, 256, (cfg.microbatch, m.seq_len))
+    fwd, bwd = [], []
+    for stage, state in enumerate(initial_states(cfg)):
+        module = stage_module(cfg, stage, state["params"])
+        x = tokens if module.is_first else torch.randn(cfg.microbatch, m.seq_len, m.d_model, requires_grad=True)
+        times: tuple[list[float], list[float]] = ([], [])
+        for _ in range(repeats):
+            start = time.perf_counter()
+            out = module(x)
+            if stage == cfg.stages - 1:
+                out = F.cross_entropy(out.flatten(0, 1), tokens.flatten())
+            middle = time.perf_counter()
+            out.backward(None if stage == cfg.stages - 1 else torch.ones_like(out))
+            end = time.perf_counter()
+            times[0].append(end - start if stage == cfg.stages - 1 else middle - start)
+            times[1].append(0.0 if stage == cfg.stages - 1 else end - middle)
+        fwd.append(statistics.median(times[0]))
+        bwd.append(statistics.median(times[1]))
+    return fwd, bwd
+
+
+def simulate_like(s: SimScenario, cfg: RunConfig, events: list[Event], *, loads: bool = False,
+                  solo: tuple[list[float], list[float]] | None = None) -> list[Event]:
     """The simulator's events for world `s` as the run of `cfg` whose `events` are given runs it:
-    the same span from its start, peers under the runtime's names."""
+    the same span from its start, peers under the runtime's names (`runtime_names`). A run
+    without virtual devices (`cfg.links` only) gives `solo` (`solo_seconds`): every peer then
+    computes in those seconds on one host of 2 cores, sending the run's own bytes."""
     started = next(e["t"] for e in of_type(events, "run") if e["state"] == "started")
     steps = of_type(events, "step")
-    s = dataclasses.replace(s, relay=True, global_batch=cfg.global_batch,
+    s = dataclasses.replace(s, relay=True, routers="trainer", global_batch=cfg.global_batch,
                             boundary_seconds=statistics.median(boundary_gaps(events)),
                             compression=codec_compression(cfg), duration=steps[-1]["t"] - started, bin_seconds=1.0)
-    rename = runtime_names(s)
-    return [e | {"peer": rename.get(e["peer"], e["peer"])} if "peer" in e else e
-            for e in run_events(s, loads=loads).events]
+    world = None
+    if solo is not None:
+        s = dataclasses.replace(s, host_cores=os.cpu_count(), compression=1.0)
+        world = build_world(s)
+        fwd, bwd = np.array(solo[0]), np.array(solo[1])
+        m = cfg.model
+        world = dataclasses.replace(world, fwd=np.broadcast_to(fwd, world.fwd.shape).copy(),
+                                    bwd=np.broadcast_to(bwd, world.bwd.shape).copy(),
+                                    activation_bytes=cfg.microbatch * m.seq_len * m.d_model * 4 / codec_compression(cfg))
+    sim = run_events(s, world, loads=loads).events
+    names = runtime_names(s, sim)
+    return [_named(e, names) for e in sim]
 
 
 def measure(events: list[Event], microbatches_per_step: int) -> dict[str, Any]:

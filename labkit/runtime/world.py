@@ -34,9 +34,9 @@ def load_world(cfg: RunConfig) -> SimScenario:
 
 
 def world_config(path: str, base: RunConfig | None = None) -> RunConfig:
-    """The run of the world `path` names (a preset's name or a scenario file): `base` (default RunConfig()) with the world's stages, peers,
-    trainers (each keeping the world's `window` microbatches in flight), microbatch, router and
-    rebalancing. The run trains `base`'s model (nano by default) as a stand-in while its peers
+    """The run of the world `path` names (a preset's name or a scenario file): `base` (default
+    RunConfig()) with the world's stages, peers, trainers (each keeping the world's `window`
+    microbatches in flight), microbatch, router and rebalancing. The run trains `base`'s model (nano by default) as a stand-in while its peers
     take the time the world's model would; the global batch is the world's, else one round of
     every trainer's in-flight microbatches; steps, learning rate and seed stay `base`'s."""
     s = read_scenario("world", path)

@@ -36,9 +36,13 @@ class _Swarm:
         self.stage, self.ready_at = w.stage0.copy(), np.full(P, np.inf)
         self.ready_at[self.stage >= 0] = 0.0
         self.free_at, self.qlen, self.epoch = np.zeros(P), np.zeros(P, np.int64), np.zeros(P, np.int64)
-        self.prio, self.ema, self.order = np.zeros(P), np.zeros(P), np.zeros(P, np.int64)
-        self.weight = np.zeros(P)  # share of each EMA that is measured (labkit.kernels.iwrr.ema_fold)
+        # a router per trainer as the runtime's (a row of priorities, EMAs and their weights each), or one for all
+        routers = s.trainers if s.routers == "trainer" else 1
+        self.prio, self.ema, self.order = np.zeros((routers, P)), np.zeros((routers, P)), np.zeros(P, np.int64)
+        self.weight = np.zeros((routers, P))  # share of each EMA that is measured (labkit.kernels.iwrr.ema_fold)
         self.banned, self.counter = np.ones(P, np.bool_), 0
+        self.cores = np.zeros(s.host_cores or 0)  # when each core of a shared host is free next
+        self.router = (self.prio, self.ema, self.weight, self.order, self.banned, s.gamma, s.window if routers > 1 else W)
         for i in np.nonzero(self.stage >= 0)[0]:
             self.announce(int(i))
         # every slot starts by issuing its first hop at t = 0 (a sorted array is a valid heap), but
@@ -65,9 +69,10 @@ class _Swarm:
     def announce(self, i: int) -> None:
         """Peer i starts serving its stage: it enters the router as `Router.announce` does."""
         s = int(self.stage[i])
-        self.prio[i], self.ema[i] = iwrr_entry(self.stage, self.prio, self.ema, self.banned, s, self.s.epsilon,
-                                               INITIAL_EMA)
-        self.weight[i] = 0.0 if self.s.debias_ema else 1.0
+        for r in range(self.prio.shape[0]):
+            self.prio[r, i], self.ema[r, i] = iwrr_entry(self.stage, self.prio[r], self.ema[r], self.banned, s,
+                                                         self.s.epsilon, INITIAL_EMA)
+        self.weight[:, i] = 0.0 if self.s.debias_ema else 1.0
         self.counter += 1
         self.order[i], self.banned[i] = self.counter, False
 
@@ -90,7 +95,7 @@ class _Swarm:
         w, s = self.w, self.s
         links = (w.hop_rtt / 2, w.hop_rtt / 2, w.hop_seconds - w.hop_rtt, float(s.stream_chunks), s.relay)
         run_until(t_end, s.stages, (self.stage, self.free_at, self.qlen, self.epoch),
-                  (self.prio, self.ema, self.weight, self.order, self.banned, s.gamma), (w.fwd, w.bwd, s.service_cv),
+                  self.router, (w.fwd, w.bwd, s.service_cv, self.cores),
                   links, self.slots, self.heap, self.counters, self.sync, self.out, self.hops)
 
 

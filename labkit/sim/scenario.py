@@ -119,6 +119,9 @@ class SimScenario:
     rebalance_period: float | None = None  # Algorithm 2 period T in seconds; None = no rebalancing
     move_seconds: float | None = None  # downtime of a moving peer; None = stage state / bandwidth
     directed_joins: bool = True  # with rebalancing, newcomers join the stage Algorithm 2 picks; else uniform
+    host_cores: int | None = None  # events mode: every peer shares one host of this many cores, a computation waiting
+    # for a free one (labkit's runtime on one machine without virtual devices); None = a device each
+    routers: str = "shared"  # events mode: one IWRR router all trainers share, or one per "trainer" (the runtime's)
     relay: bool = False  # events mode: hops as labkit's runtime makes them (trainers relay: a middle stage's answer
     # carries a payload back; the last stage's forward and backward share one round trip); False = the paper's hops
     stream_chunks: int = 1  # events mode: payloads stream in this many chunks and a peer computes a chunk as soon
@@ -191,6 +194,9 @@ class SimScenario:
         _check(_num(self.gamma) and 0 < self.gamma <= 1, o, "gamma", self.gamma, "a number in (0, 1]")
         _check(isinstance(self.debias_ema, bool), o, "debias_ema", self.debias_ema, "True or False")
         _check(isinstance(self.relay, bool), o, "relay", self.relay, "True or False")
+        _check(self.routers in ("shared", "trainer"), o, "routers", self.routers, "'shared' or 'trainer'")
+        _check(self.host_cores is None or (_int(self.host_cores) and 1 <= self.host_cores <= 4096), o, "host_cores",
+               self.host_cores, "None or an integer number of cores from 1 to 4096")
         _check(_num(self.epsilon) and 0 <= self.epsilon <= MAX_SECONDS, o, "epsilon", self.epsilon,
                f"a number from 0 to {MAX_SECONDS:g}")
         _check(_int(self.seed) and 0 <= self.seed < 2**32, o, "seed", self.seed,

@@ -177,7 +177,7 @@ def enabled(form: LaunchForm) -> set[str]:
 def test_each_executor_greys_out_exactly_the_fields_only_other_executors_read(small_run: RunConfig) -> None:
     form = LaunchForm(lambda cfg, options: None, defaults=small_run)
     shared = {"executor", "model.size", "global_batch", "microbatch", "steps", "lr"}
-    for executor, want in [("swarm", {"stages", "peers", "layer_split", "trainers", "rebalance_period"}
+    for executor, want in [("swarm", {"stages", "peers", "layer_split", "trainers", "rebalance_period", "world"}
                             | {key for key in form.fields if key.startswith(("compression.", "sync."))}),
                            ("atom", {"atom.replicas", "atom.budget_mb", "atom.accumulation", "atom.device",
                                      "atom.prefetch"}),
@@ -243,3 +243,14 @@ def test_launch_starts_a_real_run_of_the_config_shown(small_run: RunConfig) -> N
     assert run.config == small_run.replace(peers=(1, 2), trainers=2, steps=3, compression=CompressionConfig(codec="fp16"))
     run.wait_for(step=1)
     assert [len(stage["peers"]) for stage in run.state()["stages"]] == [1, 2]
+
+
+def test_a_preset_world_sets_the_runs_shape_and_only_swarm_reads_it(small_run: RunConfig) -> None:
+    form = LaunchForm(lambda cfg, options: None, small_run)
+    assert form.fields["world"].value is None and form.config().world is None
+    form.fields["world"].value = "world-16"
+    cfg = form.config()
+    assert (cfg.world, cfg.stages, cfg.peers, cfg.trainers, cfg.inflight) == ("world-16", 2, (8, 8), 4, 2)
+    assert not form.launch_button.disabled and cfg.steps == small_run.steps  # the rest stays the form's
+    form.fields["executor"].value = "pipeline"
+    assert form.fields["world"].disabled and form.config().world is None

@@ -26,7 +26,7 @@ SPEC = ExecutorSpec(
     charts=("routing", "loads", "router", "timeline", "throughput", "loss", "traffic"),
     run_fields=("stages", "peers", "layer_split", "trainers", "compression.codec", "compression.boundary",
                 "compression.factor", "sync.mode", "sync.inner_steps", "sync.outer_lr", "sync.outer_momentum",
-                "rebalance_period"),
+                "rebalance_period", "world"),
     shape=lambda run: f"{run.stages} stages x {list(run.peers_per_stage)} peers, {run.trainers} trainers",
     workers=lambda run: sum(run.peers_per_stage) + run.trainers,
     held=stage_copies,

@@ -1,5 +1,7 @@
 """The simulator's numba loops against their plain-Python executions (`py_func`)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -35,15 +37,16 @@ def test_fluid_kernel_matches_plain_python():
         np.testing.assert_array_equal(x, y)
 
 
-@pytest.mark.parametrize(("chunks", "relay"), [(1.0, False), (8.0, False), (1.0, True)])
-def test_event_kernel_matches_plain_python(chunks: float, relay: bool):
-    s = _scenario()
+@pytest.mark.parametrize(("chunks", "relay", "routers", "cores"), [(1.0, False, "shared", 0), (8.0, False, "shared", 0),
+                                                                (1.0, True, "trainer", 2)])
+def test_event_kernel_matches_plain_python(chunks: float, relay: bool, routers: str, cores: int):
+    s = dataclasses.replace(_scenario(), routers=routers)
     w = build_world(s)
     swarms = [_Swarm(s, w, 2000) for _ in range(2)]
     links = (w.hop_rtt / 2, w.hop_rtt / 2, w.hop_seconds - w.hop_rtt, chunks, relay)
     for sw, fn in zip(swarms, (run_until, run_until.py_func)):
-        fn(60.0, s.stages, (sw.stage, sw.free_at, sw.qlen, sw.epoch), (sw.prio, sw.ema, sw.weight, sw.order, sw.banned, s.gamma),
-           (w.fwd, w.bwd, 0.0), links, sw.slots, sw.heap, sw.counters, sw.sync, sw.out, sw.hops)
+        fn(60.0, s.stages, (sw.stage, sw.free_at, sw.qlen, sw.epoch), sw.router,
+           (w.fwd, w.bwd, 0.0, np.zeros(cores)), links, sw.slots, sw.heap, sw.counters, sw.sync, sw.out, sw.hops)
     a, b = swarms
     assert a.counters[1] > 10
     np.testing.assert_array_equal(a.counters, b.counters)

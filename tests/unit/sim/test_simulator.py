@@ -1,5 +1,6 @@
 """Simulator physics: conservation, closed-form throughput, granularities agreeing, rebalancing."""
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -182,3 +183,12 @@ def test_load_events_come_every_bin_and_change_nothing_else():
     assert len(loads) == 5 * 8 and max(e["queue"] for e in loads) >= 1
     assert plain.counters == with_loads.counters
     assert [e for e in with_loads.events if e["type"] != "load"] == plain.events
+
+
+def test_peers_sharing_a_hosts_cores_slow_each_other_down():
+    """Capacity-bound, 12 peers with work always waiting, on a host of 2 cores: the host computes 2
+    at a time, so the swarm does a sixth of what 12 devices would."""
+    own = _equal(trainers=16, window=16, rtt_ms=1.0, bandwidth_mbps=100_000.0)
+    shared = dataclasses.replace(own, host_cores=2)
+    rate = [r.work[2:].sum() / (len(r.work[2:]) * own.bin_seconds) for r in map(lambda s: simulate(s, "events"), (own, shared))]
+    assert rate[1] == pytest.approx(rate[0] / 6, rel=0.05)
