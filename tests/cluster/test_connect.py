@@ -55,3 +55,28 @@ def test_an_http_server_is_named(http_port: int, capsys: pytest.CaptureFixture[s
     assert main(["train", "--scheduler", f"tcp://127.0.0.1:{http_port}", "--steps", "1", "--no-progress"]) == 1
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("labkit")]
     assert len(err) == 1 and "an HTTP server answered" in err[0], err
+
+
+def _worker_settings(dask_worker=None) -> tuple[str | None, bool, bool, float]:
+    """On a worker: torch's huge-page variable, whether Dask's profiler and its ticks run, and how often."""
+    import os
+
+    return (os.environ.get("THP_MEM_ALLOC_ENABLE"), "profile" in dask_worker.periodic_callbacks,
+            "tick" in dask_worker.periodic_callbacks, dask_worker.periodic_callbacks["tick"].callback_time)
+
+
+def test_an_embedded_cluster_starts_its_workers_fit_for_compute() -> None:
+    """The workers of the cluster `connect` embeds put large tensors on huge pages and run
+    neither Dask's sampling profiler nor 20 ms ticks; the driver's own config is left as it was."""
+    import dask
+
+    before = dask.config.get("distributed")
+    client, cluster = connecting.connect(None, RunConfig(stages=1, peers=1, trainers=1))
+    try:
+        settings = client.run(_worker_settings)
+    finally:
+        client.close()
+        cluster.close()
+    assert len(settings) == 3, settings  # 1 peer, 1 trainer and the spare worker
+    assert set(settings.values()) == {("1", False, True, 500.0)}, settings
+    assert dask.config.get("distributed") == before

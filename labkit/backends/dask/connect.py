@@ -14,6 +14,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from urllib.parse import urlparse
 
+import dask
 from distributed import Client, LocalCluster
 
 from labkit.config import RunConfig
@@ -23,17 +24,25 @@ CONNECT_TIMEOUT = 10  # seconds to reach a given scheduler
 SPARE_WORKERS = 1  # an embedded cluster's workers beyond what the executor's spec asks for: room for add_peer
 DETACH = "labkit.backends.dask.detach"  # workers in process groups of their own: a Ctrl-C is the driver's
 _HINT = "give the address `dask scheduler` prints, like tcp://10.0.0.5:8786"
+# An embedded cluster's workers hold the run's peers and trainers, one torch thread each, on few cores:
+# torch puts tensors of 2 MB and more on transparent huge pages (a stage's 103 MB of logits on the
+# 50,304-word head fault in 2,000 pages a microbatch instead of 100,000), and Dask's own sampling
+# profiler and 20 ms loop ticks stay off the cores the peers compute on (docs/benchmarks.md).
+WORKER_ENV = {"THP_MEM_ALLOC_ENABLE": "1"}  # read by torch at its first allocation: set before the worker starts
+WORKER_CONFIG = {"distributed": {"worker": {"profile": {"enabled": False}},
+                                  "admin": {"tick": {"interval": "500ms"}, "system-monitor": {"interval": "2s"}}}}
 
 
 def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> tuple[Client, LocalCluster | None]:
     """A client of the cluster at `scheduler`, or of a new embedded `LocalCluster` of worker
     processes: as many as the executor's spec says its actors need (`ExecutorSpec.workers`) and
     `SPARE_WORKERS` more, each in a process group of its own (`DETACH`), so that a Ctrl-C stops the
-    run instead of its workers."""
+    run instead of its workers, with `WORKER_ENV` and `WORKER_CONFIG`."""
     if scheduler is None:
         workers = SPARE_WORKERS + cfg.spec.workers(cfg)
+        worker_config = dask.config.merge(dask.config.config, WORKER_CONFIG)  # a nanny passes on a whole config
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
-                               dashboard_address=f"{host}:0", preload=[DETACH],
+                               dashboard_address=f"{host}:0", preload=[DETACH], env=WORKER_ENV, config=worker_config,
                                silence_logs=logging.CRITICAL)  # its shutdown chatter; faults are the run's events
         return Client(cluster), cluster
     # a daemon thread: a handshake that never ends must not keep the process alive at exit
