@@ -157,7 +157,10 @@ def test_events_follow_the_schema(small_run: RunConfig) -> None:
     run.add_peer(1)
     assert run.wait(120)["status"] == "finished"
     history = run.events.history()
-    assert {e["type"] for e in history} <= {"hop", "step", "peer", "eval", "run", "sync", "setting", "load"}
+    assert {e["type"] for e in history} <= {"hop", "step", "peer", "eval", "run", "sync", "setting", "load", "router"}
+    for view in (e for e in history if e["type"] == "router"):
+        assert {p["peer"] for p in view["peers"]} <= {"s0p0", "s0p1", "s1p0", "s1p1"} and all(
+            p["ema"] > 0 and isinstance(p["priority"], float) for p in view["peers"])
     assert {e["state"] for e in history if e["type"] == "peer"} <= set(events.PEER_STATES)
     assert {e["state"] for e in history if e["type"] == "run"} <= set(events.RUN_STATES)
     assert {e["direction"] for e in history if e["type"] == "hop"} == set(events.DIRECTIONS)
