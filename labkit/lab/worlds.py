@@ -83,7 +83,15 @@ def solo_seconds(cfg: RunConfig, repeats: int = 15) -> tuple[list[float], list[f
     """Per stage, the median seconds one microbatch of `cfg` takes forward and backward computed
     alone on one thread (the last stage's loss request, forward and backward, counts as its
     forward): what a peer costs with a core to itself, for a run without virtual devices."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    try:
+        return _solo(cfg, repeats)
+    finally:
+        torch.set_num_threads(threads)  # the caller's setting, as it was
+
+
+def _solo(cfg: RunConfig, repeats: int) -> tuple[list[float], list[float]]:
     m = cfg.model
     tokens = torch.randint(0, 256, (cfg.microbatch, m.seq_len))
     fwd, bwd = [], []
