@@ -20,19 +20,22 @@ from contextlib import contextmanager
 
 from labkit.config import RunConfig
 from labkit.runtime.links import peer_device
-from labkit.sim.hardware import service_seconds, stage_costs
+from labkit.sim.hardware import StageCosts, service_seconds, stage_costs
 from labkit.sim.scenario import SimScenario
 
-DATA_METHODS = ("forward", "backward", "loss")
+def world_costs(scenario: SimScenario) -> StageCosts:
+    """The simulator's per-stage costs of one of the world's microbatches: the world's model (what
+    its devices and links are timed for, which may be far larger than the stand-in the run
+    trains), microbatch, sequence length, checkpointing, compression and layer split."""
+    return stage_costs(model=scenario.model, stages=scenario.stages, microbatch=scenario.microbatch,
+                       seq_len=scenario.seq_len, checkpointing=scenario.checkpointing,
+                       compression=scenario.compression, split=scenario.layer_split)
 
 
 def device_table(scenario: SimScenario, device: str) -> tuple[list[float], list[float]]:
     """(forward, backward) seconds per stage of one of the world's microbatches on `device`, by
-    the simulator's cost model: the world's model (what the device is timed for, which may be far
-    larger than the stand-in the run trains), microbatch, sequence length and layer split."""
-    costs = stage_costs(model=scenario.model, stages=scenario.stages, microbatch=scenario.microbatch,
-                        seq_len=scenario.seq_len, checkpointing=scenario.checkpointing, split=scenario.layer_split)
-    return service_seconds(costs, device, scenario.efficiency, scenario.overhead_ms)
+    the simulator's cost model (`world_costs`, `service_seconds`)."""
+    return service_seconds(world_costs(scenario), device, scenario.efficiency, scenario.overhead_ms)
 
 
 def payload_scale(cfg: RunConfig, scenario: SimScenario | None) -> float:
@@ -42,10 +45,7 @@ def payload_scale(cfg: RunConfig, scenario: SimScenario | None) -> float:
     not scaled: it carries the run's own gradients.)"""
     if cfg.world is None:
         return 1.0
-    world = stage_costs(model=scenario.model, stages=scenario.stages, microbatch=scenario.microbatch,
-                        seq_len=scenario.seq_len, checkpointing=scenario.checkpointing,
-                        compression=scenario.compression, split=scenario.layer_split).activation_bytes
-    return world / (cfg.microbatch * cfg.model.seq_len * cfg.model.d_model * 4)
+    return world_costs(scenario).activation_bytes / (cfg.microbatch * cfg.model.seq_len * cfg.model.d_model * 4)
 
 
 class Pacing:
