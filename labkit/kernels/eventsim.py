@@ -1,14 +1,15 @@
 """Microbatch-level discrete-event simulation of SWARM trainers and peers, as one numba loop.
 
-Each of W trainer slots keeps one microbatch in flight: forward through stages 0..S-1 on peers
-that its trainer's IWRR router picks (`iwrr_pick`, the router's kernel; a trainer's slots share it), then backward along the same peers. A hop is
-ARRIVE (the request's head reaches the peer after half a round trip; its payload streams in
-`chunks` pieces and the peer computes each piece once it is in: compute starts after the first
-piece and ends no sooner than the last piece's share after the last byte, so with 1 chunk the
-hop is payload then compute, and with many the shorter of the two is hidden), FINISH (the
-peer's FIFO queue served it) and RESPOND (the answer is back half a round trip later; the trainer folds
-the response time into the peer's EMA with `ema_fold`). A microbatch whose peer left or moved
-is recorded lost and redone from stage 0. The Python driver changes membership between calls.
+Each of W trainer slots keeps one microbatch in flight: forward through stages 0..S-1 on peers that
+an IWRR router picks (`iwrr_pick`, the router's kernel; one router for every slot, or one per
+trainer that its slots share), then backward along the same peers. A hop is ARRIVE (the request's head reaches the peer after half a
+round trip; its payload streams in `chunks` pieces and the peer computes each piece once it is in:
+compute starts after the first piece and ends no sooner than the last piece's share after the last
+byte, so with 1 chunk the hop is payload then compute, and with many the shorter of the two is
+hidden), FINISH (the peer's FIFO queue served it) and RESPOND (the answer is back half a round trip
+later; the trainer folds the response time into the peer's EMA with `ema_fold`). A microbatch whose
+peer left or moved is recorded lost and redone from stage 0. The Python driver changes membership
+between calls.
 Twin: `run_until.py_func` (tests compare them with cv = 0).
 """
 
@@ -62,22 +63,23 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
               slots: tuple, heap: tuple, counters: np.ndarray, sync: tuple, out: tuple, hops: tuple) -> None:
     """Process every event before `t_end`; state lives in the arrays passed in and is updated.
 
-    peers = (stage, free_at, qlen, epoch) per peer; router = (prio, ema, weight, order, banned, gamma, window):
-    a router per row of prio, ema and weight, slot w routing with row w // window (one row: all share it);
-    service = (fwd, bwd, cv, cores) with fwd/bwd[i, s] seconds and `cores` the times each core of the
-    one host every peer shares becomes free (empty: a device each): a computation also waits for
-    the first free core, so the host never computes more than its cores at once; links = (out, back, payload, chunks, relay):
-    request and answer latency and payload seconds per peer, the pieces a payload streams in, and
-    whether hops are the runtime's (trainers relay: a middle stage's answer carries a payload back,
-    and the last stage's forward and backward share one round trip, as its one loss request);
-    slots = (pos, path, path_epoch, sent, mb_id); heap = (time, seq, slot, kind, size/seq box);
-    counters[0..4] = entered, finished, lost, next microbatch id, entered this step; sync = (group,
-    t_ar by stage count function table t_ar[n], boundary: with a global batch, < 0 for the paper's
-    model (peers stop for the all-reduce, trainers go on), else a step barrier as the runtime keeps
-    it (a slot whose step has all its microbatches waits for the step's last one, then for
-    `boundary` seconds, and a lost microbatch is redone within its step)); out = (work per bin, busy[bin, stage] (compute seconds, split
-    over bins, none past the last bin), bin_seconds, step
-    times, step count box); hops = (t, slot, stage, peer, direction, seconds, mb, count box).
+    peers = (stage, free_at, qlen, epoch) per peer; router = (prio, ema, weight, order, banned,
+    gamma, window): a router per row of prio, ema and weight, slot w routing with row w // window
+    (one row: all share it); service = (fwd, bwd, cv, cores) with fwd/bwd[i, s] seconds and `cores`
+    the times each core of the one host every peer shares becomes free (empty: a device each): a
+    computation also waits for the first free core, so the host never computes more than its cores
+    at once; links = (out, back, payload, chunks, relay): request and answer latency and payload
+    seconds per peer, the pieces a payload streams in, and whether hops are the runtime's (trainers
+    relay: a middle stage's answer carries a payload back, and the last stage's forward and backward
+    share one round trip, as its one loss request); slots = (pos, path, path_epoch, sent, mb_id);
+    heap = (time, seq, slot, kind, size/seq box); counters[0..4] = entered, finished, lost, next
+    microbatch id, entered this step; sync = (group, t_ar by stage count function table t_ar[n],
+    boundary: with a global batch, < 0 for the paper's model (peers stop for the all-reduce,
+    trainers go on), else a step barrier as the runtime keeps it (a slot whose step has all its
+    microbatches waits for the step's last one, then for `boundary` seconds, and a lost microbatch
+    is redone within its step)); out = (work per bin, busy[bin, stage] (compute seconds, split over
+    bins, none past the last bin), bin_seconds, step times, step count box); hops = (t, slot, stage,
+    peer, direction, seconds, mb, count box).
     """
     stage, free_at, qlen, epoch = peers
     prio, ema, weight, order, banned, gamma, window = router

@@ -1,13 +1,13 @@
 """A world both ways: a real run of a world file (`RunConfig(world=...)`) and the simulator's
 prediction of the same file, measured alike (experiments/sim_vs_real.py, notebook 13).
 
-The simulator gets the file itself plus what the file cannot say about the run: the runtime's
-hops (`relay`) and routers (one per trainer), its step barrier at the run's global batch with the real run's median gap between a step's last answer
-and the next step's first request (`boundary_seconds`: the boundary reduces the stand-in's
-gradients, which the world does not price), and the wire bytes of the run's codec
-(`compression`). Nothing else comes from the real run. A run on real compute (links only, no
-virtual devices) is predicted with every peer on one host of this machine's cores, each stage's
-compute measured alone beforehand (`solo_seconds`).
+The simulator gets the file itself plus what the file cannot say about the run: the runtime's hops
+(`relay`) and routers (one per trainer), its step barrier at the run's global batch with the real
+run's median gap between a step's last answer and the next step's first request (`boundary_seconds`:
+the boundary reduces the stand-in's gradients, which the world does not price), and the wire bytes
+of the run's codec (`compression`). Nothing else comes from the real run. A run on real compute
+(links only, no virtual devices) is predicted with every peer on one host of this machine's cores,
+each stage's compute measured alone beforehand (`solo_seconds`).
 """
 
 from __future__ import annotations

@@ -55,11 +55,11 @@ def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | No
                          f"a scheduler address needs backend='dask'")
     if refusal := backend_refusal(config, backend):
         raise ValueError(refusal)
-    world = load_links(config) if config.world is None else load_world(config)  # a bad file fails here, before anything starts
+    scenario = load_world(config) if config.world is not None else load_links(config)  # a bad file fails here, first
     if backend == "inprocess":  # every peer in this process: refused with an estimate, not OOM-killed
         check_memory(config, psutil.virtual_memory().available)
     module, name = config.spec.launch[backend].split(":")
     handle = getattr(importlib.import_module(module), name)(config, **options)
     if config.world is not None:
-        replay_churn(handle, world)
+        replay_churn(handle, scenario)
     return handle

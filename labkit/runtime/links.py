@@ -176,26 +176,25 @@ class Links:
             return self._links[peer]
 
 
-def peer_group(scenario: SimScenario, peer: str) -> PeerGroup:
-    """The group of peer `peer` (named `s{stage}p{k}`): its stage's k-th initial peer's, or the
-    joiners' (`join_group`) for a peer added mid-run."""
+def _initial_group(scenario: SimScenario, peer: str) -> PeerGroup | None:
+    """The group of peer `peer` (named `s{stage}p{k}`) if it is its stage's k-th initial peer;
+    None for a peer added mid-run (a joiner)."""
     m = _PEER_NAME.fullmatch(peer)
     stage, k = (int(m[1]), int(m[2])) if m else (-1, -1)
     groups = [g for g in scenario.peers if g.stage == stage for _ in range(g.count)]
-    return groups[k] if k < len(groups) else join_group(scenario)
+    return groups[k] if k < len(groups) else None
 
 
 def peer_region(scenario: SimScenario, peer: str) -> str:
-    """Where peer `peer` sits (its group's region)."""
-    return peer_group(scenario, peer).region
+    """Where peer `peer` sits: its initial group's region, or the joiners' (`join_group`)."""
+    return (_initial_group(scenario, peer) or join_group(scenario)).region
 
 
 def peer_device(scenario: SimScenario, peer: str) -> str:
-    """The device preset peer `peer` emulates in a world: its group's, or the scenario's
-    `join_device` for a peer added mid-run when the file names one."""
-    m = _PEER_NAME.fullmatch(peer)
-    initial = m is not None and int(m[2]) < sum(g.count for g in scenario.peers if g.stage == int(m[1]))
-    return peer_group(scenario, peer).device if initial or scenario.join_device is None else scenario.join_device
+    """The device preset peer `peer` emulates in a world: its initial group's, or for a joiner the
+    scenario's `join_device` (else the joiners' group's), as the simulator's joiners have."""
+    initial = _initial_group(scenario, peer)
+    return initial.device if initial else scenario.join_device or join_group(scenario).device
 
 
 class LinkedHandle:

@@ -15,8 +15,11 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
+
 from labkit.config import ConfigError, RunConfig
 from labkit.executors.registry import SPECS
+from labkit.kernels.fluid import pick_leaver
 from labkit.runtime.handle import RunHandle
 from labkit.runtime.links import load_links, read_scenario
 from labkit.sim.scenario import SimScenario
@@ -36,9 +39,10 @@ def load_world(cfg: RunConfig) -> SimScenario:
 def world_config(path: str, base: RunConfig | None = None) -> RunConfig:
     """The run of the world `path` names (a preset's name or a scenario file): `base` (default
     RunConfig()) with the world's stages, peers, trainers (each keeping the world's `window`
-    microbatches in flight), microbatch, router and rebalancing. The run trains `base`'s model (nano by default) as a stand-in while its peers
-    take the time the world's model would; the global batch is the world's, else one round of
-    every trainer's in-flight microbatches; steps, learning rate and seed stay `base`'s."""
+    microbatches in flight), microbatch, router and rebalancing. The run trains `base`'s model (nano
+    by default) as a stand-in while its peers take the time the world's model would; the global
+    batch is the world's, else one round of every trainer's in-flight microbatches; steps, learning
+    rate and seed stay `base`'s."""
     s = read_scenario("world", path)
     peers = tuple(sum(g.count for g in s.peers if g.stage == stage) for stage in range(s.stages))
     return (base or RunConfig()).replace(
@@ -76,11 +80,11 @@ def replay_churn(run: RunHandle, s: SimScenario, stop: threading.Event | None = 
             if (now := stages()) is None:
                 return
             try:
-                if delta < 0:
-                    serving = [st for st in now if st["peers"]]
-                    if serving:
-                        stage = serving[min(int(u * len(serving)), len(serving) - 1)]["peers"]
-                        run.kill_peer(stage[min(int(v * len(stage)), len(stage) - 1)]["peer"])
+                if delta < 0:  # the simulator's own rule picks the leaver (`pick_leaver`)
+                    names = [p["peer"] for stage in now for p in stage["peers"]]
+                    stage_of = np.array([k for k, stage in enumerate(now) for _ in stage["peers"]], np.int64)
+                    if (i := pick_leaver(stage_of, u, v, s.stages)) >= 0:
+                        run.kill_peer(names[i])
                 else:
                     run.add_peer(None if s.joins_by_policy else min(int(u * s.stages), s.stages - 1))
             except RuntimeError:  # the run ended between the check and the verb

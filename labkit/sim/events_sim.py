@@ -178,8 +178,9 @@ def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 20
     out += _hop_and_step_events(s, w, sw)
     out.append(events.run(s.duration, state="finished"))
     entered, finished, lost = (int(c) for c in sw.counters[:3])
-    redone = lost if sw.sync[2] >= 0 else 0  # with a step barrier a lost microbatch is redone, not entered again
-    counters = {"entered": entered, "finished": finished, "lost": lost, "in_flight": entered - finished - lost + redone}
+    redone = sw.sync[2] >= 0  # with a step barrier a lost microbatch is redone within its step, not entered again
+    counters = {"entered": entered, "finished": finished, "lost": lost,
+                "in_flight": entered - finished - (0 if redone else lost)}
     return SimResult(mode="events", bin_seconds=s.bin_seconds, samples_per_microbatch=s.microbatch, work=sw.work,
                      optimal=sw.optimal, stage_busy=sw.busy, peer_seconds=sw.peer_seconds, events=out,
                      counters=counters, wall_seconds=time.perf_counter() - start)

@@ -7,10 +7,11 @@ real system.
 
 Each peer serves one stage. Per peer the router keeps an exponential moving average (EMA) of its
 response time and a priority. A new peer's EMA is a prior (its stage's mean); with `debias` its
-first answer replaces the prior and later ones fold in as a bias-corrected average (as Adam
-corrects its moments), so a router learns a link in one answer instead of tens. `choose(stage)` returns the live peer of the stage with the smallest
-priority and charges it its EMA ("pick and charge"), so a peer that answers twice as fast is picked
-twice as often. A fault bans a peer (it is never picked) until it re-announces itself.
+first answer replaces the prior and later ones fold in as a bias-corrected average (as Adam corrects
+its moments), so a router learns a link in one answer instead of tens. `choose(stage)` returns the
+live peer of the stage with the smallest priority and charges it its EMA ("pick and charge"), so a
+peer that answers twice as fast is picked twice as often. A fault bans a peer (it is never picked)
+until it re-announces itself.
 """
 
 from __future__ import annotations
