@@ -2,11 +2,14 @@
 GPU=1 (as `dask worker --resources GPU=1` on a GPU host), so every stage peer placed on one runs
 on `cuda` (labkit/backends/dask/peer_actor.py); the coordinator and trainers stay on the host.
 The same run in-process (whose peers always compute on the CPU) gives the baseline, for the sizes
-the CPU can carry. Gradients still meet at the coordinator (issue 25 has no NCCL or gloo reduce
-between peers yet), so this measures the Dask path as it is.
+the CPU can carry. A stage's peers reduce their gradients among themselves over labkit's ring
+(issue 25); a GPU peer's chunks pass through host memory on the way (there is no NCCL path: one
+lent GPU gives one NCCL rank).
 
-tokens/s is the run summary's (steps after the first). `gpu_workers` counts the workers whose
-process initialised CUDA (read with `Client.run` after the run).
+tokens/s is the run summary's (steps after the first); `boundary_s` is the median of those steps'
+boundary seconds and `coordinator_tensor_bytes` the most tensor bytes any step's boundary sent
+through the coordinator. `gpu_workers` counts the workers whose process initialised CUDA (read
+with `Client.run` after the run).
 
     python -m benchmarks.gpu_dask [--sizes tiny small] [--baseline tiny] [--steps 10] [--out dask.json]
 """
@@ -14,6 +17,7 @@ process initialised CUDA (read with `Client.run` after the run).
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -37,7 +41,10 @@ def run_once(cfg: RunConfig, scheduler: str | None) -> dict[str, object]:
         run.stop()
         run.wait(timeout=60)
     steps = run.events.history("step")
-    return {"status": summary["status"], "error": summary.get("error"), "tokens_per_second": summary.get("tokens_per_second"),
+    later = [e["boundary"] for e in steps[1:] if e.get("boundary")]
+    return {"boundary_s": statistics.median(b["total"] for b in later) if later else None,
+            "coordinator_tensor_bytes": max((b["tensor_bytes"] for b in later), default=None),
+            "status": summary["status"], "error": summary.get("error"), "tokens_per_second": summary.get("tokens_per_second"),
             "steps": len(steps), "loss_first": steps[0]["loss"] if steps else None,
             "loss_last": steps[-1]["loss"] if steps else None, "wall_s": time.perf_counter() - started}
 
@@ -77,6 +84,7 @@ def main() -> None:
             figures["runs"].append(row)
             print(f"dask size={size} status={row['status']} tokens/s={row['tokens_per_second'] or 0:,.0f} "
                   f"steps={row['steps']} loss {row['loss_first']} -> {row['loss_last']} wall={row['wall_s']:.1f} s "
+                  f"boundary_s={row['boundary_s']} coordinator_tensor_bytes={row['coordinator_tensor_bytes']} "
                   f"workers with CUDA in use={row['gpu_workers']}" + (f" error={row['error']}" if row["error"] else ""),
                   flush=True)
     for size in args.baseline:
