@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from labkit.kernels.iwrr import ema_fold, iwrr_pick
+from labkit.kernels.iwrr import ema_fold, iwrr_pick, iwrr_skip
 
 ARRIVE, FINISH, RESPOND, RETRY = 0, 1, 2, 3
 PARKED = -1  # `pos` of a slot waiting at the step barrier for the step's last microbatch
@@ -64,9 +64,11 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
     """Process every event before `t_end`; state lives in the arrays passed in and is updated.
 
     peers = (stage, free_at, qlen, epoch) per peer; router = (prio, ema, weight, order, banned,
-    gamma, window): a router per row of prio, ema and weight, slot w routing with row w // window
-    (one row: all share it); service = (fwd, bwd, cv, cores) with fwd/bwd[i, s] seconds and `cores`
-    the times each core of the one host every peer shares becomes free (empty: a device each): a
+    gamma, window, started): a router per row of prio, ema and weight, slot w routing with row
+    w // window (one row: all share it), whose first pick of stage s (`started[row, s]` unset)
+    skips row x window picks as the runtime's trainers do (`iwrr_skip`); service = (fwd, bwd, cv,
+    cores) with fwd/bwd[i, s] seconds and `cores` the times each core of the one host every peer
+    shares becomes free (empty: a device each): a
     computation also waits for the first free core, so the host never computes more than its cores
     at once; links = (out, back, payload, chunks, relay): request and answer latency and payload
     seconds per peer, the pieces a payload streams in, and whether hops are the runtime's (trainers
@@ -82,7 +84,7 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
     peer, direction, seconds, mb, count box).
     """
     stage, free_at, qlen, epoch = peers
-    prio, ema, weight, order, banned, gamma, window = router
+    prio, ema, weight, order, banned, gamma, window, started = router
     fwd, bwd, cv, cores = service
     hop_out, hop_back, payload, chunks, relay = links
     pos, path, path_epoch, sent, mb_id = slots
@@ -163,8 +165,9 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
                 pos[w] = 0  # with a step barrier, the same microbatch again (the step's count is kept)
             else:
                 _new_microbatch(w, pos, counters, mb_id)
-        _issue(t, w, num_stages, stage, prio[w // window], ema[w // window], order, banned, epoch, pos, path, path_epoch, sent,
-               hop_out, relay, h_time, h_seq, h_slot, h_kind, box)
+        r = w // window
+        _issue(t, w, num_stages, stage, prio[r], ema[r], order, banned, started[r], r * window, epoch, pos, path,
+               path_epoch, sent, hop_out, relay, h_time, h_seq, h_slot, h_kind, box)
 
 
 @njit(cache=True)
@@ -205,12 +208,15 @@ def _release(t, group, pos, counters, mb_id, h_time, h_seq, h_slot, h_kind, box)
 
 
 @njit(cache=True)
-def _issue(t, w, num_stages, stage, prio, ema, order, banned, epoch, pos, path, path_epoch, sent, hop_out, relay,
-           h_time, h_seq, h_slot, h_kind, box):
-    """Send slot w's microbatch on its next hop: IWRR forward, the remembered peer backward."""
+def _issue(t, w, num_stages, stage, prio, ema, order, banned, started, phase, epoch, pos, path, path_epoch, sent,
+           hop_out, relay, h_time, h_seq, h_slot, h_kind, box):
+    """Send slot w's microbatch on its next hop: IWRR forward (the router skipping `phase` picks at
+    its first of a stage), the remembered peer backward."""
     forward = pos[w] < num_stages
     s = pos[w] if forward else 2 * num_stages - 1 - pos[w]
     if forward:
+        if not started[s] and iwrr_skip(stage, prio, ema, order, banned, s, phase):
+            started[s] = True
         p = iwrr_pick(stage, prio, ema, order, banned, s)
         if p < 0:  # no live peer on this stage: the pipeline is paused for this trainer
             box[1] += 1

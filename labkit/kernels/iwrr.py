@@ -2,10 +2,12 @@
 
 Peers live in parallel arrays indexed by slot: `stage[i]` (-1 marks a free slot), `prio[i]`,
 `ema[i]` (with `weight[i]`, the share of it that is measured), `order[i]` (insertion order,
-unique, breaks priority ties) and `banned[i]`. A pick takes
-the unbanned peer of the stage with the smallest (priority, order) and charges it its EMA, so a peer
-twice as fast is picked twice as often. `Router`, the event simulator and the fluid model all run
-these kernels; the `*_py` twins state the same rule in plain Python for the property tests.
+unique, breaks priority ties) and `banned[i]`. A pick takes the unbanned peer of the stage with
+the smallest (priority, order) and charges it its EMA, so a peer twice as fast is picked twice as
+often; a router's first pick of a stage may first skip a phase (`iwrr_skip`), so routers that
+start together start their rounds at different peers. `Router`, the event simulator and the fluid
+model all run these kernels; the `*_py` twins state the same rule in plain Python for the
+property tests.
 """
 
 from __future__ import annotations
@@ -30,6 +32,33 @@ def iwrr_pick(stage: np.ndarray, prio: np.ndarray, ema: np.ndarray, order: np.nd
     if best >= 0:
         prio[best] += ema[best]
     return best
+
+
+ROTATE_STEP = 1e-9  # how far behind the stage's last priority a skipped peer goes (relative, at least 1e-9 s)
+
+
+@njit(cache=True)
+def iwrr_skip(stage: np.ndarray, prio: np.ndarray, ema: np.ndarray, order: np.ndarray, banned: np.ndarray,
+              s: int, phase: int) -> bool:
+    """Rotate stage s's round by `phase` mod (its live peers): the peer that would be picked next
+    moves just behind the stage's largest priority, that many times, so a router starts its round
+    that far in without charging anyone an EMA. Routers that start together (trainer k skipping k)
+    then spread their first microbatches over the stage and keep alternating out of step, instead
+    of all sending them to its first peer. Returns whether the stage had a live peer (a router
+    skips once per stage, at its first pick)."""
+    n = 0
+    for i in range(stage.shape[0]):
+        if stage[i] == s and not banned[i]:
+            n += 1
+    for _ in range(phase % n if n > 0 else 0):
+        best, top = -1, -np.inf
+        for i in range(stage.shape[0]):
+            if stage[i] == s and not banned[i]:
+                if best < 0 or prio[i] < prio[best] or (prio[i] == prio[best] and order[i] < order[best]):
+                    best = i
+                top = max(top, prio[i])
+        prio[best] = top + ROTATE_STEP * max(1.0, abs(top))
+    return n > 0
 
 
 @njit(cache=True)

@@ -58,6 +58,7 @@ class Membership:
         self.peers: dict[str, PeerHandle] = {}
         self._epochs: dict[str, int] = {}  # announce epoch of each name (a rebuilt peer is re-announced)
         self._counter = [0] * coordinator.cfg.stages
+        self.emulates: dict[str, str] = {}  # a moved peer's name -> the first name of its line (its place in a world)
 
     # -- the registry (what trainers route over) ----------------------------------------------
     def registry(self) -> dict[str, tuple[int, int]]:
@@ -98,9 +99,10 @@ class Membership:
         self._counter[stage] += 1
         return f"s{stage}p{self._counter[stage] - 1}"
 
-    def _enter(self, name: str, peer: PeerHandle) -> None:
+    def _enter(self, name: str, peer: PeerHandle, emulates: str | None = None) -> None:
         """`peer` is in the run (lock held): trainers route to it, the ledger may credit it."""
         self.peers[name] = peer
+        self.emulates.update({name: emulates} if emulates else {})
         self._epochs[name] = 0
         self.c.emit(events.peer(self.c.clock(), peer=name, stage=peer.stage, state="joined", queue=0))
 
@@ -128,27 +130,27 @@ class Membership:
             self.c.emit(events.peer(now, peer=p.name, stage=p.stage, state="alive", queue=p.queue_length))
 
     def rebuild(self, states: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The committed `states` re-sliced to the layer split now in the run's config, and every
-        peer replaced by one of the same name holding its stage's (at a step boundary: nothing
-        is in flight)."""
+        """The committed `states` re-sliced to the run's layer split now, each peer replaced by one
+        of the same name holding its stage's (at a step boundary: nothing is in flight)."""
         cfg = self.c.cfg
         self.bounds = stage_bounds(cfg.layer_split)
         states = recut_states(states, lambda stage, params: stage_module(cfg, stage, params), cfg.stages)
         for name, old in list(self.peers.items()):
             old.close()
             self.peers[name] = self.c.factory.start_peer(name, old.stage, states[old.stage], source=None,
-                                                         delay=old.delay, running=self.c.running)
+                                                         delay=old.delay, running=self.c.running,
+                                                         emulates=self.emulates.get(name))
             if self.c.running:
                 self.c.factory.admit(self.peers[name])
         return states
 
     # -- verbs -------------------------------------------------------------------------------
-    def add_peer(self, stage: int | None = None) -> str:
-        """Start a peer on `stage` (None: the stage Algorithm 2 picks) with a neighbour's state.
-
-        The start (a worker's imports, the model, the state download: seconds on Dask) runs
-        without the coordinator's lock, so steps and faults go on meanwhile; the peer enters
-        under the lock, with the state committed since if a step was taken meanwhile."""
+    def add_peer(self, stage: int | None = None, *, emulates: str | None = None) -> str:
+        """Start a peer on `stage` (None: Algorithm 2 picks) with a neighbour's state, in a world in
+        peer `emulates`'s place (`move_peer`'s; default a joiner's). The start (a worker's imports,
+        the model, the state download: seconds on Dask) runs without the coordinator's lock, so
+        steps and faults go on meanwhile; the peer enters under the lock, with the state committed
+        since if a step was taken meanwhile."""
         c = self.c
         with c.lock:
             c.live_or_raise("add_peer")
@@ -159,13 +161,13 @@ class Membership:
             name, version, bounds, neighbours = self._next_name(stage), c.version, self.bounds, self.live(stage)
             state = c.checkpoints.latest.shard(stage)  # an emptied stage: the run went back to this checkpoint
         try:
-            peer = c.factory.start_peer(name, stage, None if neighbours else state,
-                                        source=neighbours[0] if neighbours else None, delay=0.0, running=c.running)
+            peer = c.factory.start_peer(name, stage, None if neighbours else state, source=(neighbours or [None])[0],
+                                        delay=0.0, running=c.running, emulates=emulates)
         except Exception:
             if not neighbours:
                 raise
             # the neighbour (or the worker) may have died during the download: start from the checkpoint,
-            peer = c.factory.start_peer(name, stage, state, source=None, delay=0.0, running=c.running)
+            peer = c.factory.start_peer(name, stage, state, source=None, delay=0.0, running=c.running, emulates=emulates)
             version = -1  # and catch up below
         with c.lock:
             try:
@@ -181,7 +183,7 @@ class Membership:
             except Exception:
                 peer.kill()
                 raise
-            self._enter(name, peer)
+            self._enter(name, peer, emulates)
             if stage in c.paused:
                 c.paused.discard(stage)
                 if not c.paused:
@@ -218,8 +220,8 @@ class Membership:
 
     def move_peer(self, name: str, stage: int) -> str:
         """Move a peer to another stage (Algorithm 2's move, or on demand): it stops serving its
-        stage, whose un-synced gradients it held are recomputed elsewhere, and starts serving `stage`
-        with that stage's state from a neighbour, under a new name (which is returned)."""
+        stage, whose un-synced gradients it held are recomputed elsewhere, and serves `stage` with
+        its state from a neighbour, under a new name (returned), in its old place in a world."""
         c = self.c
         with c.lock:
             peer = self.live_peer(name, "move_peer")
@@ -227,8 +229,9 @@ class Membership:
                 raise ValueError(f"stage={stage!r} is not allowed: another stage in [0, {c.cfg.stages - 1}]")
             if len(self.live(peer.stage)) < 2:
                 raise ValueError(f"moving {name} would leave stage {peer.stage} without peers")
+            place = self.emulates.get(name, name)
             _, lost = self._remove(name)
-        new = self.add_peer(stage)
+        new = self.add_peer(stage, emulates=place)
         c.emit(events.peer(c.clock(), peer=name, stage=peer.stage, state="moved", queue=0)
                | {"to": new, "to_stage": stage, "lost_samples": lost})
         return new
@@ -239,6 +242,7 @@ class Membership:
         if peer is None:
             raise KeyError(f"no live peer named {name!r}; live peers: {sorted(self.peers)}")
         del self._epochs[name]
+        self.emulates.pop(name, None)
         peer.kill()
         lost = self.c.ledger.peer_lost(name)
         self.c.cond.notify_all()

@@ -36,12 +36,12 @@ class PeerDied(RuntimeError):
 
 
 class StagePeer(StepTaking, RequestQueue):
-    """Serves stage `stage` with its own copy of the stage's parameters and optimizer.
+    """Serves stage `stage` with its own copy of the stage's parameters and optimizer. The peers of
+    a stage reach each other through `dial(contact)` (a handle with `call`): here a neighbour's
+    contact is the neighbour itself; a Dask peer dials its neighbours' data planes."""
 
-    The peers of a stage reach each other through `dial(contact)` (a handle with `call`): here a
-    neighbour's contact is the neighbour itself; a Dask peer dials its neighbours' data planes."""
-
-    def __init__(self, name: str, stage: int, module: Stage, cfg: RunConfig, device: str = "cpu") -> None:
+    def __init__(self, name: str, stage: int, module: Stage, cfg: RunConfig, device: str = "cpu",
+                 emulates: str | None = None) -> None:
         self.name, self.stage, self.cfg, self.device = name, stage, cfg, torch.device(device)
         self.module = module.to(self.device)
         self.params = [p for p in module.parameters()]
@@ -57,9 +57,9 @@ class StagePeer(StepTaking, RequestQueue):
         self._stash: dict[AttemptKey, tuple[torch.Tensor, torch.Tensor | None]] = {}
         self._killed = threading.Event()  # ends a held request at once
         self.mailbox = Mailbox()  # ring chunks from the left neighbour
-        scenario = load_links(cfg)
-        self.links = None if scenario is None else Links(scenario, peer_region(scenario, name))
-        self.pacing = peer_pacing(cfg, scenario, name, self._killed, lambda: PeerDied(name))  # delay or device speed
+        scenario, place = load_links(cfg), emulates or name  # whose region and device, in a world
+        self.links = None if scenario is None else Links(scenario, peer_region(scenario, place))
+        self.pacing = peer_pacing(cfg, scenario, place, self._killed, lambda: PeerDied(name))  # delay or device speed
         self.dial: Callable[[Any], Any] = lambda contact: contact
         super().__init__(f"peer-{name}", lambda: PeerDied(name), lambda: self.pacing.last)
 

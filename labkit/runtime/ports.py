@@ -138,9 +138,10 @@ class PeerFactory(Protocol):
     clock: Callable[[], float]  # seconds since the run started, on a clock every process shares
 
     def start_peer(self, name: str, stage: int, state: dict[str, Any] | str | None, *, source: PeerHandle | None,
-                   delay: float, running: bool) -> PeerHandle:
+                   delay: float, running: bool, emulates: str | None = None) -> PeerHandle:
         """A peer of `stage` holding `state` (or the checkpoint shard file it names), or downloading
-        it from the live `source`. Before the
+        it from the live `source`; in a world, in the place of peer `emulates` (a moved peer's old
+        name; default its own). Before the
         run starts (`running` False) it serves at once; mid-run it holds its state when this
         returns (called without the coordinator's lock: a start takes seconds) and serves
         trainers once `admit`ted."""

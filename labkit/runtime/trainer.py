@@ -43,6 +43,18 @@ class AttemptFailed(RuntimeError):
     """A peer on the backward path is gone; the attempt stops with partial credits."""
 
 
+def trainer_name(rank: int) -> str:
+    """The name of a run's trainer number `rank` ("t0", "t1", ...), on every backend."""
+    return f"t{rank}"
+
+
+def router_phase(name: str, inflight: int) -> int:
+    """Picks trainer `name`'s router skips at its first pick of a stage: its rank times its lanes,
+    so the run's trainers start their rounds at different peers (`labkit.swarm.routing.Router`)."""
+    rank = name[1:]
+    return int(rank) * inflight if name.startswith("t") and rank.isdigit() else 0
+
+
 def lane_names(name: str, inflight: int) -> list[str]:
     """What trainer `name`'s lanes take work under: its own name for one, "name/k" for several."""
     return [name] if inflight == 1 else [f"{name}/{k}" for k in range(inflight)]
@@ -57,7 +69,7 @@ class Trainer:
     def __init__(self, name: str, cfg: RunConfig, work: WorkSource, directory: Directory, sampler: WindowSampler) -> None:
         self.name, self.cfg, self.work, self.directory, self.sampler = name, cfg, work, directory, sampler
         self.loss_scale = 1.0 / (cfg.model.seq_len * cfg.global_batch)  # a step's loss is a mean over its tokens
-        self.router = Router(gamma=cfg.gamma, debias=cfg.debias_ema)
+        self.router = Router(gamma=cfg.gamma, debias=cfg.debias_ema, phase=router_phase(name, cfg.inflight))
         self._routing = threading.Lock()  # the router and `_seen` are shared by the lanes
         scenario = load_links(cfg)
         self.links = None if scenario is None else Links(scenario, scenario.trainer_region, payload_scale(cfg, scenario))

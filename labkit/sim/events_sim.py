@@ -42,7 +42,8 @@ class _Swarm:
         self.weight = np.zeros((routers, P))  # share of each EMA that is measured (labkit.kernels.iwrr.ema_fold)
         self.banned, self.counter = np.ones(P, np.bool_), 0
         self.cores = np.zeros(s.host_cores or 0)  # when each core of a shared host is free next
-        self.router = (self.prio, self.ema, self.weight, self.order, self.banned, s.gamma, s.window if routers > 1 else W)
+        self.router = (self.prio, self.ema, self.weight, self.order, self.banned, s.gamma, s.window if routers > 1 else W,
+                       np.zeros((routers, S), np.bool_))
         for i in np.nonzero(self.stage >= 0)[0]:
             self.announce(int(i))
         # every slot starts by issuing its first hop at t = 0 (a sorted array is a valid heap), but

@@ -10,8 +10,11 @@ response time and a priority. A new peer's EMA is a prior (its stage's mean); wi
 first answer replaces the prior and later ones fold in as a bias-corrected average (as Adam corrects
 its moments), so a router learns a link in one answer instead of tens. `choose(stage)` returns the
 live peer of the stage with the smallest priority and charges it its EMA ("pick and charge"), so a
-peer that answers twice as fast is picked twice as often. A fault bans a peer (it is never picked)
-until it re-announces itself.
+peer that answers twice as fast is picked twice as often. A router's first pick of a stage skips
+`phase` picks (mod the stage's live peers): trainer k of a run passes k times its microbatches in
+flight, so trainers that start together do not all send their first microbatches to the same peer
+and then alternate in step with each other. A fault bans a peer (it is never picked) until it
+re-announces itself.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.kernels.iwrr import INITIAL_EMA, ema_fold, iwrr_entry, iwrr_pick
+from labkit.kernels.iwrr import INITIAL_EMA, ema_fold, iwrr_entry, iwrr_pick, iwrr_skip
 
 
 @dataclass
@@ -49,20 +52,25 @@ class Router:
         at the stage's mean EMA.
     debias: the first answer replaces the prior (True), or folds into it like any other (False:
         the paper's EMA, which needs about 1/gamma answers to forget a wrong prior).
+    phase: picks of each stage skipped before the router's first (see above; 0: none).
     """
 
     def __init__(self, *, gamma: float = 0.1, epsilon: float = 1e-6, initial_ema: float = INITIAL_EMA,
-                 debias: bool = True) -> None:
+                 debias: bool = True, phase: int = 0) -> None:
         if not 0.0 < gamma <= 1.0:
             raise ValueError(f"gamma={gamma!r} is not allowed: it must be in (0, 1]")
         if epsilon < 0.0:
             raise ValueError(f"epsilon={epsilon!r} is not allowed: it must be >= 0")
         if initial_ema <= 0.0:
             raise ValueError(f"initial_ema={initial_ema!r} is not allowed: it must be > 0")
+        if phase < 0:
+            raise ValueError(f"phase={phase!r} is not allowed: it must be >= 0")
         self.gamma = gamma
         self.epsilon = epsilon
         self.initial_ema = initial_ema
         self.prior_weight = 0.0 if debias else 1.0  # how much of a newcomer's EMA counts as measured
+        self.phase = phase
+        self._started: set[int] = set()  # stages this router has picked from (skipped its phase in)
         self._slot: dict[str, int] = {}  # peer name -> array slot
         self._names: list[str | None] = []  # array slot -> peer name (None = free slot)
         self._free: list[int] = []
@@ -107,6 +115,9 @@ class Router:
     # -- routing ----------------------------------------------------------------------------
     def choose(self, stage: int) -> str | None:
         """Pick the live peer of `stage` with the smallest priority and charge it; None if none."""
+        if stage not in self._started and iwrr_skip(self._stage, self._prio, self._ema, self._order, self._banned,
+                                                    stage, self.phase):
+            self._started.add(stage)
         i = iwrr_pick(self._stage, self._prio, self._ema, self._order, self._banned, stage)
         return None if i < 0 else self._names[i]
 

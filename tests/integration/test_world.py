@@ -101,3 +101,17 @@ def test_a_bad_world_is_one_clear_error(small_run: RunConfig, tmp_path: Path) ->
         labkit.launch(world_run(small_run, world).replace(peers=3))
     with pytest.raises(ConfigError, match=r"world.*for an executor whose peers live in one \(\['swarm'\]; this run's 'pipeline'"):
         labkit.launch(world_run(small_run, world).replace(executor="pipeline", peers=1))
+
+
+def test_a_moved_peer_keeps_its_region_and_device_under_its_new_name(small_run: RunConfig, tmp_path: Path) -> None:
+    """A move restarts the peer under a new name (s1p2 here, a joiner's name): in a world it takes
+    the old peer's place, as the simulator's moved peer keeps its slot, not a joiner's."""
+    from labkit.model.assembly import stage_module
+    from labkit.model.partition import init_run_state
+    from labkit.runtime.peer import StagePeer
+    cfg = world_run(small_run, small_world(tmp_path))
+    world, module = load_links(cfg), stage_module(cfg, 1, init_run_state(cfg.model, cfg.seed, cfg.compression, cfg.stages))
+    moved, joiner = StagePeer("s1p2", 1, module, cfg, emulates="s0p1"), StagePeer("s1p3", 1, module, cfg)
+    assert moved.pacing.table == device_table(world, "T4") and moved.links.origin == "us"
+    assert joiner.pacing.table == device_table(world, "V100") and joiner.links.origin == peer_region(world, "s1p3")
+    assert device_table(world, "T4") != device_table(world, "V100")

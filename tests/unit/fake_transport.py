@@ -132,6 +132,7 @@ class FakePeers:
     def __init__(self) -> None:
         self.coordinator: Any = None
         self.made: dict[str, FakePeer] = {}
+        self.places: dict[str, str | None] = {}  # name -> the peer whose place in a world it took
         self.admitted: list[str] = []
         self.starting: Any = None  # a callable run inside start_peer: a test holds a start there
         self.ticks = 0.0
@@ -144,12 +145,13 @@ class FakePeers:
         self.coordinator = coordinator
 
     def start_peer(self, name: str, stage: int, state: dict[str, Any] | str | None, *, source: FakePeer | None,
-                   delay: float, running: bool) -> FakePeer:
+                   delay: float, running: bool, emulates: str | None = None) -> FakePeer:
         state = source.state() if source is not None else state if isinstance(state, dict) else {"shard": state}
         peer = FakePeer(name, stage, dict(state), self.coordinator.cfg.sync.mode == "diloco")
         if self.starting is not None:
             self.starting()
         self.made[name] = peer
+        self.places[name] = emulates
         return peer
 
     def admit(self, peer: FakePeer) -> None:

@@ -265,3 +265,19 @@ def test_a_credit_to_a_peer_that_is_gone_is_withdrawn_at_the_boundary() -> None:
     _boundary(c)
     step, = log.history("step")
     assert step["stage_samples"] == [8, 8]
+
+
+def test_a_moved_peer_keeps_its_place_in_a_world_under_every_new_name() -> None:
+    """A move starts the peer afresh under a new name; in a world it must keep the region and
+    device of the peer it was (as the simulator's moved peer does), however often it moves."""
+    c, peers, _ = _coordinator(CFG.replace(peers=3))
+    c.running = True
+    first = c.members.move_peer("s0p1", 1)
+    second = c.members.move_peer(first, 0)
+    joiner = c.members.add_peer(1)
+    assert (first, second, joiner) == ("s1p3", "s0p3", "s1p4")
+    assert peers.places == {**{n: None for n in ("s0p0", "s0p1", "s0p2", "s1p0", "s1p1", "s1p2")},
+                            "s1p3": "s0p1", "s0p3": "s0p1", "s1p4": None}
+    assert c.members.emulates == {"s0p3": "s0p1"}
+    c.members.kill_peer(second)
+    assert c.members.emulates == {}

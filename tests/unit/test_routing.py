@@ -102,3 +102,45 @@ def test_debiased_ema_is_the_mean_while_young_and_the_ema_later():
     classic.announce("a", stage=0)
     classic.report("a", 2.0)
     assert classic.record("a").ema == 0.5 * 2.0 + 0.5 * 1.0
+
+
+def test_routers_with_phases_spread_their_first_picks_and_keep_them_apart():
+    # four trainers' routers (one microbatch in flight each) over two equal peers: without a phase
+    # all four send their first microbatch to "a" and then alternate in step; trainer k skipping k
+    # picks splits every round 2-2
+    routers = [Router(phase=k) for k in range(4)]
+    plain = [Router() for _ in range(4)]
+    for r in routers + plain:
+        r.announce("a", stage=1)
+        r.announce("b", stage=1)
+    for _ in range(6):
+        picks = [r.choose(1) for r in routers]
+        assert sorted(picks) == ["a", "a", "b", "b"], picks
+        herd = [r.choose(1) for r in plain]
+        assert len(set(herd)) == 1, herd
+        for r, peer in zip(routers + plain, picks + herd):
+            r.report(peer, 0.5)  # each answers in 0.5 s, not the 1 s prior its first pick was charged
+
+
+def test_a_phase_skips_only_at_a_stages_first_pick_and_must_not_be_negative():
+    r = Router(phase=3)
+    assert r.choose(0) is None  # no peer yet: the skip waits for the first live one
+    for name in "abc":
+        r.announce(name, stage=0)
+    assert [r.choose(0) for _ in range(4)] == ["a", "b", "c", "a"]  # 3 mod 3 = 0 skipped
+    r2 = Router(phase=1)
+    for name in "abc":
+        r2.announce(name, stage=0)
+    assert [r2.choose(0) for _ in range(4)] == ["b", "c", "a", "b"]
+    try:
+        Router(phase=-1)
+    except ValueError as exc:
+        assert "phase=-1" in str(exc) and ">= 0" in str(exc)
+    else:
+        raise AssertionError("a negative phase was accepted")
+
+
+def test_a_trainers_router_phase_is_its_rank_times_its_lanes():
+    from labkit.runtime.trainer import router_phase, trainer_name
+    assert [router_phase(trainer_name(k), 2) for k in range(3)] == [0, 2, 4]
+    assert router_phase("learner", 1) == 0

@@ -80,13 +80,14 @@ class PeerActor:
     (`live=False`, a peer joining mid-run) once `go_live` is called."""
 
     def __init__(self, run_id: str, key: str, name: str, stage: int, cfg: RunConfig, state: dict[str, Any] | None,
-                 delay: float, dht_peers: list[str], source: tuple[str, str] | None = None, live: bool = True) -> None:
+                 delay: float, dht_peers: list[str], source: tuple[str, str] | None = None, live: bool = True,
+                 emulates: str | None = None) -> None:
         prepare_worker(cfg)
         if source is not None:
             state, _ = peer_actor(*source).call("state").result()
         state = stage_state(state)
         device = "cuda" if gpu_worker() and torch.cuda.is_available() else "cpu"
-        self.peer = StagePeer(name, stage, stage_module(cfg, stage, state["params"]), cfg, device)
+        self.peer = StagePeer(name, stage, stage_module(cfg, stage, state["params"]), cfg, device, emulates)
         self.peer.load_state(state)
         self.peer.set_delay(delay)
         self.peer.dial = Neighbours().dial

@@ -16,7 +16,7 @@ from labkit.runtime.coordinator import Coordinator
 from labkit.runtime.peer import StagePeer
 from labkit.runtime.ports import PeerHandle
 from labkit.runtime.shards import stage_state
-from labkit.runtime.trainer import Trainer
+from labkit.runtime.trainer import Trainer, trainer_name
 
 
 class ThreadPeers:
@@ -31,11 +31,11 @@ class ThreadPeers:
         self.coordinator = coordinator
 
     def start_peer(self, name: str, stage: int, state: dict[str, Any] | str | None, *, source: PeerHandle | None,
-                   delay: float, running: bool) -> StagePeer:
+                   delay: float, running: bool, emulates: str | None = None) -> StagePeer:
         """A peer thread holding `state`, or the state it downloads from the live neighbour `source`."""
         cfg = self.coordinator.cfg  # with the layer split in force
         state = source.call("state").result() if source is not None else stage_state(state)
-        peer = StagePeer(name, stage, stage_module(cfg, stage, state["params"]), cfg)
+        peer = StagePeer(name, stage, stage_module(cfg, stage, state["params"]), cfg, emulates=emulates)
         peer.load_state(state)
         peer.set_delay(delay)
         return peer
@@ -45,7 +45,7 @@ class ThreadPeers:
 
     def start_trainers(self, count: int) -> list[Trainer]:
         c = self.coordinator
-        return [Trainer(f"t{i}", c.cfg, c, c, self.sampler) for i in range(count)]
+        return [Trainer(trainer_name(i), c.cfg, c, c, self.sampler) for i in range(count)]
 
     def started(self) -> None:
         """Peer threads serve from the moment they exist: nothing to wait for."""

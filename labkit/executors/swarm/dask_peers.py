@@ -22,6 +22,7 @@ from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
 from labkit.backends.dask.trainer_actor import TrainerActor
 from labkit.config import RunConfig
 from labkit.runtime.ports import PeerHandle
+from labkit.runtime.trainer import trainer_name
 
 if TYPE_CHECKING:
     from labkit.runtime.coordinator import Coordinator
@@ -93,10 +94,10 @@ class DaskPeers:
     # -- peers and trainers --------------------------------------------------------------------
     def start_trainers(self, count: int) -> list[RemoteTrainer]:
         """One trainer per free worker (CPU workers first); with too few, they share them."""
-        return [RemoteTrainer(self, f"t{i}", worker) for i, worker in enumerate(self.fleet.trainer_workers(count))]
+        return [RemoteTrainer(self, trainer_name(i), worker) for i, worker in enumerate(self.fleet.trainer_workers(count))]
 
     def start_peer(self, name: str, stage: int, state: dict[str, Any] | str | None, *, source: PeerHandle | None,
-                   delay: float, running: bool) -> RemotePeer:
+                   delay: float, running: bool, emulates: str | None = None) -> RemotePeer:
         """Start peer `name` as an actor: on the worker it had (a rebuild), else on a free worker,
         away from the machines of its stage's peers. It downloads its state from `source` (a live
         neighbour) directly when there is one. Before the run starts it returns at once (the first
@@ -107,7 +108,7 @@ class DaskPeers:
         origin = None if source is None else (source.worker, source.key)
         spread = [p.worker for p in self.coordinator.members.peers.values() if p.stage == stage]
         handle = f.start(name, PeerActor, f.run_id, key, name, stage, self.coordinator.cfg, state, delay, f.dht_peers,
-                         origin, not running, key=key, spread=spread, wait=running)
+                         origin, not running, emulates, key=key, spread=spread, wait=running)
         self._actors[name] = handle
         if not running:
             handle.owner.add_done_callback(lambda future: self._started(name, future))

@@ -55,6 +55,19 @@ def test_event_kernel_matches_plain_python(chunks: float, relay: bool, routers: 
     np.testing.assert_allclose(a.work, b.work)
 
 
+def test_per_trainer_routers_spread_their_first_microbatches_over_a_stage():
+    # 4 trainers x 1 slot over stages of 2 equal peers, a step barrier: as the runtime's trainers,
+    # router k skips k picks, so every stage's first four forward hops split 2-2 (not 4-0)
+    s = dataclasses.replace(_scenario(), trainers=4, window=1, routers="trainer", boundary_seconds=0.1, trace=(),
+                            rebalance_period=None)
+    sw = _Swarm(s, build_world(s), 2000)
+    sw.advance(60.0)
+    t, slot, stage, peer, direction = (h[:sw.hops[-1][0]] for h in sw.hops[:5])
+    for st in range(s.stages):
+        first = peer[(stage == st) & (direction == 0)][:4]
+        assert len(first) == 4 and sorted(np.bincount(first, minlength=peer.max() + 1)[np.unique(first)]) == [2, 2], first
+
+
 def test_booking_compute_across_bins_of_an_inexact_width_ends() -> None:
     """Bin edges that `a / width` rounds to just below their index (here 6.8233.../20) neither
     stall the kernel nor lose time (the hang of a sim_vs_real run)."""
