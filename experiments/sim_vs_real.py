@@ -9,8 +9,9 @@ simulator runs the same file as `labkit.lab.worlds.simulate_like` says (the runt
 step barrier with the real run's boundary gap, the codec's wire bytes; nothing else is taken from
 the real run). Throughput is microbatches per second over the steps after the first (both sides by
 their step events); a peer's share is of its stage's forward hops after the first 10 % of the run,
-every peer but those a rebalancing moved (the runtime restarts a moved peer under a new name with
-the joiners' device and region, the simulator keeps its own).
+every peer but those a rebalancing moved (both keep a moved peer's device and region, but the
+runtime restarts it under a new name, and Algorithm 2 may move another peer, or at another time,
+in the two runs: it reads queue lengths that differ by a request here and there).
 
     python experiments/sim_vs_real.py [--backend inprocess] [--steps 5] [--only NAME,...]
     python experiments/sim_vs_real.py --plain experiments/scenarios/two_continents.json   # real compute
@@ -84,8 +85,8 @@ def compare(name: str, fields: dict[str, Any], codec: str, backend: str, steps: 
     sim_events = simulate_like(SimScenario.from_dict(fields), cfg, events)
     real, sim = measure(events, cfg.microbatches_per_step), measure(sim_events, cfg.microbatches_per_step)
     boundary = statistics.median(boundary_gaps(events))
-    # a moved peer restarts under a new name, on the runtime as a joiner would (the joiners' device and
-    # region): its share is not the simulator's moved peer's, so moved peers are left out of the share gap
+    # a moved peer restarts under a new name (in its old place), and the two runs may move different
+    # peers: a moved peer's share has no counterpart, so moved peers are left out of the share gap
     moved = ({e["to"] for e in events if e["type"] == "peer" and e["state"] == "moved"}
              | {e["peer"] for e in sim_events if e["type"] == "peer" and e["state"] == "moved"})
     share_gap = max(abs(sim["share"].get(p, 0.0) - real["share"].get(p, 0.0))

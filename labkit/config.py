@@ -52,7 +52,7 @@ class RunConfig:
     weight_decay: float = 0.01  # decoupled weight decay, in [0, MAX_WEIGHT_DECAY]
     gamma: float = 0.1  # EMA smoothing of peer response times in the router
     debias_ema: bool = True  # a peer's first answer replaces the router's prior (False: the paper's plain EMA)
-    peer_timeout: float = 30.0  # seconds a trainer waits for a peer before banning it, at most MAX_WAIT
+    peer_timeout: float = 30.0  # seconds: the longest a request waits (a trainer's deadlines are learned below it)
     rebalance_period: float = 300.0  # seconds between Algorithm 2 rounds (as in the paper); 0 = off; <= MAX_WAIT
     delayed_updates: bool = False  # delayed parameter updates: step k's update overlaps batch k+1
     activation_checkpointing: bool = False  # peers keep only stage inputs, recompute in backward

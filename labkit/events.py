@@ -71,8 +71,9 @@ def swap(t: float, *, replica: str, submodel: int, phase: str, load_start: float
 
 
 def router(t: float, *, trainer: str, peers: list[dict[str, Any]]) -> Event:
-    """A trainer's view of the peers it routes to: per peer its stage, EMA response time (seconds)
-    and IWRR priority (seconds charged; the smallest of a stage is picked next), a few times a second."""
+    """A trainer's view of the peers it routes to: per peer its stage, EMA response time (seconds),
+    IWRR priority (seconds charged; the smallest of a stage is picked next) and request deadline
+    (seconds, `labkit.swarm.deadline`), about once a second."""
     return {"type": "router", "t": t, "trainer": trainer, "peers": peers}
 
 

@@ -51,12 +51,17 @@ def loads_chart() -> alt.LayerChart:
 
 def router_chart() -> alt.LayerChart:
     """Each trainer's EMA of each peer's response time over time (log scale): IWRR charges a peer
-    its EMA per pick, so a peer's share of its stage is in inverse proportion to it."""
-    lines = alt.Chart(alt.Data(name="router")).mark_line(opacity=0.7).encode(
-        x=alt.X("t:Q", title="seconds"), y=alt.Y("ema:Q", title="EMA response time (s)", scale=alt.Scale(type="log")),
-        color=alt.Color("peer:N"), detail="trainer:N", strokeDash=alt.StrokeDash("stage:N"),
-        tooltip=["peer:N", "stage:N", "trainer:N", "ema:Q", "priority:Q", "t:Q"])
-    return (lines + _marks()).properties(title="Router view (each trainer's EMA per peer)", width=WIDTH, height=160)
+    its EMA per pick, so a peer's share of its stage is in inverse proportion to it. Above each,
+    faint, the deadline the trainer learnt for the peer (how long it waits before giving up)."""
+    base = alt.Chart(alt.Data(name="router")).encode(
+        x=alt.X("t:Q", title="seconds"), color=alt.Color("peer:N"), detail="trainer:N",
+        tooltip=["peer:N", "stage:N", "trainer:N", "ema:Q", "priority:Q", "deadline:Q", "t:Q"])
+    log = alt.Scale(type="log")
+    lines = base.mark_line(opacity=0.7).encode(y=alt.Y("ema:Q", title="EMA response time, deadline (s)", scale=log),
+                                              strokeDash=alt.StrokeDash("stage:N"))
+    deadlines = base.mark_line(opacity=0.25, strokeDash=[2, 3]).encode(y=alt.Y("deadline:Q", scale=log))
+    return (lines + deadlines + _marks()).properties(title="Router view (each trainer's EMA and deadline per peer)",
+                                                     width=WIDTH, height=160)
 
 
 def timeline_chart() -> alt.LayerChart:

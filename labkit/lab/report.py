@@ -9,7 +9,6 @@ plane, behind a firewall, or attached to an email). Works on a `labkit train` ru
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,8 @@ def write_report(run_dir: str | Path) -> Path:
     series = run_dir / SIM_SERIES
     if series.exists():
         pictures.insert(0, ("simulated throughput", _sim_throughput(_series(series))))
-    sections = [_table("Summary", _read(run_dir / "summary.json", "a summary.json")),
+    summary = _read(run_dir / "summary.json", "a summary.json")
+    sections = [headline(summary), _table("Summary", summary),
                 _table("Config", _read(run_dir / "config.json", "a config.json"))]
     sections += [f'<h2>{html.escape(name)}</h2>\n<div class="chart">{vl_convert.vegalite_to_svg(spec)}</div>'
                  for name, spec in pictures]
@@ -66,10 +66,44 @@ def _series(path: Path) -> list[dict[str, float]]:
     return data
 
 
+def readable(value: Any) -> str:
+    """A summary or config value as a reader wants it: text unquoted, 1,234 and 0.1235 rather than
+    1234.0000000001, lists and objects as short phrases, a missing value as a dash."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    if isinstance(value, list):
+        return ", ".join(readable(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {readable(v)}" for k, v in value.items()) or "none"
+    return str(value)
+
+
+def headline(summary: dict[str, Any] | None) -> str:
+    """The run in one line: "finished: validation loss 5.54 → 2.03, 40,900 tokens/s, 40 steps"."""
+    if not summary:
+        return ""
+    s, parts = summary, []
+    if isinstance(s.get("val_loss_before"), float) and isinstance(s.get("val_loss_after"), float):
+        parts.append(f"validation loss {s['val_loss_before']:.2f} → {s['val_loss_after']:.2f}")
+    for key, unit in (("tokens_per_second", "tokens/s"), ("samples_per_s", "samples/s")):
+        if isinstance(s.get(key), (int, float)):
+            parts.append(f"{readable(float(s[key]))} {unit}")
+    if isinstance(s.get("steps"), int):
+        parts.append(f"{s['steps']:,} steps")
+    status = f"{s['status']}: " if isinstance(s.get("status"), str) else ""
+    return f"<p class=\"headline\">{html.escape(status + ', '.join(parts))}</p>" if parts or status else ""
+
+
 def _table(title: str, values: dict[str, Any] | None) -> str:
     if not values:
         return ""
-    cells = "\n".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(json.dumps(v))}</td></tr>"
+    cells = "\n".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(readable(v))}</td></tr>"
                       for k, v in values.items() if k != "stages")
     return f"<h2>{html.escape(title)}</h2>\n<table>\n{cells}\n</table>"
 
@@ -88,7 +122,8 @@ def _sim_throughput(series: list[dict[str, float]]) -> Spec:
 _PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>body {{ font-family: sans-serif; margin: 2em; }} table {{ border-collapse: collapse; }}
-th, td {{ text-align: left; padding: 2px 12px 2px 0; font-size: 13px; }} .chart {{ margin-bottom: 1.5em; }}</style>
+th, td {{ text-align: left; padding: 2px 12px 2px 0; font-size: 13px; }} .chart {{ margin-bottom: 1.5em; }}
+.headline {{ font-size: 1.2em; }}</style>
 </head><body><h1>{title}</h1>
 {body}
 </body></html>

@@ -58,6 +58,7 @@ class Books:
     split: tuple[int, ...] | None  # set_layer_split's request, taken with the step
     clock: Callable[[], float]
     tags: Callable[[], int]  # a new ring tag, increasing over the run
+    deadline: Callable[[str], float]  # seconds a kind of request may take (learnt from earlier boundaries)
     suspects: frozenset[str] = frozenset()  # peers a trainer timed out on since the last step
 
     @property
@@ -73,6 +74,8 @@ class Commit:
     step: int
     drop: dict[str, str] = field(default_factory=dict)  # peer -> why: it clears its sum, its credits are recomputed
     evict: dict[str, str] = field(default_factory=dict)  # peer -> why: it failed a request at the boundary
+    took: dict[str, float] = field(default_factory=dict)  # kind of request -> seconds, where every peer answered
+    late: set[str] = field(default_factory=set)  # kinds of request whose deadline passed
     keep: list[list[str]] = field(default_factory=list)  # per stage, the peers whose sums make the step
     schedule: SyncSchedule | None = None  # the sync schedule after this boundary (None: no step taken)
     split: tuple[int, ...] | None = None  # the layer split from the next step on, if it changes
@@ -91,25 +94,26 @@ def step_boundary(books: Books) -> Commit:
     """Take one optimizer step of the whole run (see the module docstring); raises if the
     accounting broke."""
     commit, cfg, schedule = Commit(books.step), books.cfg, books.schedule
-    io = Calls(commit, cfg.peer_timeout)
+    io = Calls(commit, books.deadline)
     # 1. decide what this boundary does
     decision = schedule.boundary()
     local = not decision.allreduce
     one_trip = books.one_trip and decision.switch_to is None and not decision.outer and math.isfinite(books.loss)
     # 2. prepare: every peer checks its sum against its credits and reduces it with its stage
-    tag = books.tags()
+    tag, kind = books.tags(), "prepare" + (" local" if local else " ring") + (" and step" if one_trip else "")
+    wait = books.deadline(kind)  # for each ring chunk
     plans = [(p, (StepPlan(tag, books.step, books.credited[stage].get(p.name, {}), _ring(stage_peers), rank,
-                           local, one_trip, cfg.peer_timeout),))
+                           local, one_trip, wait),))
              for stage, stage_peers in enumerate(books.peers) for rank, p in enumerate(stage_peers)]
     everyone = [p for p, _ in plans]
-    answers = dict(zip([p.name for p in everyone],  # a ring waits a peer timeout per chunk: wait for it to tell
-                       io.collect(io.send("prepare", plans), watch=_trouble, abort=lambda why: _abort(everyone, tag, why),
-                                  timeout=2 * cfg.peer_timeout)))
-    for stage_peers in books.peers:  # a peer that sent its neighbour nothing within the peer timeout
+    answers = dict(zip([p.name for p in everyone],  # a ring waits `wait` per chunk: wait for it to tell
+                       io.collect(io.send("prepare", plans, kind), watch=_trouble,
+                                  abort=lambda why: _abort(everyone, tag, why), scale=2)))
+    for stage_peers in books.peers:  # a peer that sent its neighbour nothing within `wait`
         for p in stage_peers:
             if (late := (answers[p.name] or {}).get("late")) is not None:
                 commit.evict.setdefault(stage_peers[late].name, f"sent {p.name} no ring chunk within "
-                                                                f"{cfg.peer_timeout:g} s at the step boundary")
+                                                                f"{wait:.3g} s at the step boundary")
     verdicts = reconcile({name: owed for stage in books.credited for name, owed in stage.items()},
                          {name: None if a is None else a["held"] for name, a in answers.items()})
     broken = {name: v.why for name, v in verdicts.items() if v.action == "broken"}
@@ -198,7 +202,7 @@ def _outer_steps(books: Books, io: Calls) -> None:
     while stages:
         tag = books.tags()
         books.tags()  # the next tag too: a ring of no samples is re-run under it with equal weights
-        calls = [(p, (tag, _ring(peers), rank, books.cfg.peer_timeout))
+        calls = [(p, (tag, _ring(peers), rank, books.deadline("outer_reduce")))
                  for peers in stages.values() for rank, p in enumerate(peers)]
         everyone = [p for p, _ in calls]
         answers = dict(zip([p.name for p in everyone], io.collect(io.send("outer_reduce", calls), watch=_trouble,

@@ -1,6 +1,7 @@
-"""The step boundary's requests to peers: sent to all at once, answered within the peer timeout
-or the peer is to be evicted, with where the time went and the tensor bytes that crossed the
-coordinator (`BoundaryTimes`, reported with the step event)."""
+"""The step boundary's requests to peers: sent to all at once, answered within their kind's
+deadline (learnt from earlier boundaries, `labkit.swarm.deadline`) or the peer is to be evicted,
+with where the time went and the tensor bytes that crossed the coordinator (`BoundaryTimes`,
+reported with the step event)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,13 @@ from labkit.runtime.request_queue import timing
 
 
 class Evictions(Protocol):
-    """Where `Calls` records a peer that failed a request (the boundary's `Commit`)."""
+    """Where `Calls` records a peer that failed a request, and what the deadlines learn: the
+    seconds each kind of request took when every peer answered it, and the kinds whose
+    deadline passed (the boundary's `Commit`)."""
 
     evict: dict[str, str]
+    took: dict[str, float]
+    late: set[str]
 
 
 class BoundaryTimes:
@@ -47,40 +52,49 @@ class BoundaryTimes:
 class Sent:
     """Requests of one method sent to peers, not yet answered: (peer, future) pairs."""
 
-    def __init__(self, method: str, futures: list[tuple[PeerHandle, Future]], start: float) -> None:
-        self.method, self.futures, self.start = method, futures, start
+    def __init__(self, method: str, futures: list[tuple[PeerHandle, Future]], start: float, kind: str) -> None:
+        self.method, self.futures, self.start, self.kind = method, futures, start, kind
 
 
 class Calls:
-    """The boundary's requests to peers: sent all at once, each answered within `timeout`
-    seconds or its peer is to be evicted (`commit.evict`); their seconds and tensor bytes go in
-    `times`."""
+    """The boundary's requests to peers: sent all at once, each answered within its kind's
+    `deadline(kind)` seconds or its peer is to be evicted (`commit.evict`); their seconds and
+    tensor bytes go in `times`."""
 
-    def __init__(self, commit: Evictions, timeout: float) -> None:
-        self.commit, self.timeout, self.times = commit, timeout, BoundaryTimes()
+    def __init__(self, commit: Evictions, deadline: Callable[[str], float]) -> None:
+        self.commit, self.deadline, self.times = commit, deadline, BoundaryTimes()
 
-    def send(self, method: str, calls: list[tuple[PeerHandle, tuple]]) -> Sent:
-        """Call `method` on each peer with its arguments, all at once, without waiting."""
+    def send(self, method: str, calls: list[tuple[PeerHandle, tuple]], kind: str | None = None) -> Sent:
+        """Call `method` on each peer with its arguments, all at once, without waiting; `kind`
+        names its deadline (default: the method)."""
         start = time.perf_counter()
         self.times.tensor_bytes += payload_bytes([args for _, args in calls])
-        return Sent(method, [(p, p.call(method, *args)) for p, args in calls], start)
+        return Sent(method, [(p, p.call(method, *args)) for p, args in calls], start, kind or method)
 
     def collect(self, sent: Sent, watch: Callable[[Any], str | None] | None = None,
-                abort: Callable[[str], None] | None = None, timeout: float | None = None) -> list[Any]:
-        """The answers of `sent` within `timeout` seconds (default: the peer timeout), None in place
-        of a peer that failed or timed out. The first failure, or answer `watch` objects to, calls
-        `abort` (the others need not wait for it)."""
+                abort: Callable[[str], None] | None = None, scale: float = 1.0) -> list[Any]:
+        """The answers of `sent` within `scale` times its kind's deadline, None in place of a peer
+        that failed or timed out. The first failure, or answer `watch` objects to, calls `abort`
+        (the others need not wait for it). The seconds of a request every peer answered in time
+        teach its deadline (`commit.took`); one that timed out backs it off (`commit.late`)."""
         futures = [f for _, f in sent.futures]
-        troubled = abort is None
-        timeout = self.timeout if timeout is None else timeout
+        troubled, failed = abort is None, False
+        timeout = scale * self.deadline(sent.kind)
         try:
             for f in as_completed(futures, timeout=timeout):
-                if not troubled and (why := _failed(f, watch)):
-                    abort(why)
-                    troubled = True
+                if (why := _failed(f, watch)) is not None:
+                    failed = True
+                    if not troubled:
+                        abort(why)
+                        troubled = True
         except TimeoutError:
+            failed = True
+            self.commit.late.add(sent.kind)
             if not troubled:
                 abort(f"a peer did not answer {sent.method} within {timeout:g} s")
+        if not failed:
+            took = time.perf_counter() - sent.start
+            self.commit.took[sent.kind] = max(self.commit.took.get(sent.kind, 0.0), took)
         results = []
         for p, f in sent.futures:
             try:

@@ -24,6 +24,7 @@ from labkit.runtime.membership import Membership
 from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
 from labkit.runtime.recovery import committed_states, keep_final, rollback
 from labkit.runtime.shards import Checkpoints
+from labkit.swarm.deadline import BOUNDARY_FLOOR, Deadlines
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import SyncSchedule
 from labkit.wire import get_codec
@@ -49,6 +50,7 @@ class Coordinator:
                                        lambda step: emit(events.setting(self.clock(), name="checkpoint", value=step)))
         self.checkpoints.write_now(step, cfg, self.schedule, states)  # a rollback before the first goes here
         self.tags = itertools.count(1).__next__  # ring tags, increasing over the run
+        self.deadlines = Deadlines(ceiling=cfg.peer_timeout, floor=BOUNDARY_FLOOR)  # of the boundary's requests
         self.suspects: set[str] = set()  # peers a trainer timed out on since the last step
         self.version = 0  # counts committed steps and rollbacks: a joiner's state is stale if it changed
         self.lock = threading.RLock()
@@ -110,9 +112,8 @@ class Coordinator:
         self.stop()
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait for the trainers and the boundary to end, then stop the peers and the backend.
-        The microbatches in flight get `STOP_GRACE` seconds (their work is not committed anyway):
-        then the peers are crashed, which ends every request, a slowed-down peer's too."""
+        """Wait for the trainers and the boundary to end, then stop the peers and the backend; the
+        microbatches in flight get `STOP_GRACE` seconds, then the peers are crashed (a slow one too)."""
         grace = time.monotonic() + STOP_GRACE
         for trainer in self.trainers:
             trainer.join(max(0.0, grace - time.monotonic()))
@@ -220,15 +221,15 @@ class Coordinator:
 
     def books(self) -> Books:
         """What the boundary reads (lock held)."""
-        stages = range(self.cfg.stages)
-        return Books(self.cfg, self.ledger.step, self.ledger.loss(), [self.ledger.credited(s) for s in stages],
-                     [self.members.live(s) for s in stages], copy.copy(self.schedule), self.new_split, self.clock,
-                     self.tags, frozenset(self.suspects))
+        s = range(self.cfg.stages)
+        return Books(self.cfg, self.ledger.step, self.ledger.loss(), [*map(self.ledger.credited, s)],
+                     [*map(self.members.live, s)], copy.copy(self.schedule), self.new_split, self.clock, self.tags,
+                     lambda kind: self.deadlines[kind].seconds(), frozenset(self.suspects))
 
     def apply(self, commit: Commit) -> None:
-        """Carry out what the boundary decided (lock held): evictions and dropped sums, a rollback,
-        then the step's split, ledger, events, step hooks and checkpoint if it was taken; stop a
-        diverged or finished run."""
+        """Carry out a boundary's commit (lock held): deadlines, evictions, dropped sums, a rollback,
+        then if taken the split, ledger, events, hooks and checkpoint; stop a diverged or finished run."""
+        self.deadlines.learn(commit.took, commit.late)
         self.members.settle(commit.evict, commit.drop)
         if commit.rollback is not None:
             self.rollback(commit.rollback)
@@ -291,8 +292,8 @@ class Coordinator:
             self.lock.release()
 
     def _record_state(self) -> dict[str, Any]:
-        """Build the state (the lock held), keep it for state() calls that find the lock busy
-        (refreshed at start and after every step boundary), and return a copy."""
+        """Build the state (lock held), keep it for state() calls that find the lock busy (at start
+        and after every step boundary), and return a copy."""
         self._last_state = {"status": "paused" if self.paused else "running", "step": self.ledger.step,
                             "steps": self.cfg.steps, "loss": self.last_loss, "paused_stages": sorted(self.paused),
                             "stages": self.members.stages()}

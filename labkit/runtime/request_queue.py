@@ -32,6 +32,7 @@ class RequestQueue:
         self._died, self._notes = died, notes
         self._requests: queue.Queue[tuple[Callable[..., Any], tuple, Future, float] | None] = queue.Queue()
         self._alive = True
+        self._serving = 0  # 1 while a request runs
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -46,11 +47,14 @@ class RequestQueue:
             if not future.set_running_or_notify_cancel():
                 continue
             started = time.perf_counter()
+            self._serving = 1
             try:
                 result = fn(*args)
             except BaseException as exc:  # the caller sees the failure (a trainer reroutes)
+                self._serving = 0
                 future.set_exception(exc)
             else:
+                self._serving = 0
                 future.timing = {"queue": started - queued, "compute": time.perf_counter() - started, **self._notes()}
                 if self._alive:
                     future.set_result(result)
@@ -91,7 +95,9 @@ class RequestQueue:
 
     @property
     def queue_length(self) -> int:
-        return self._requests.qsize()
+        """Requests this server holds: waiting, and the one it runs (the load Algorithm 2 and the
+        stage-load charts read, as the simulator counts it)."""
+        return self._requests.qsize() + self._serving
 
     def kill(self) -> None:
         """Crash: stop answering and drop the queued requests."""

@@ -24,6 +24,7 @@ from labkit.runtime.pacing import payload_scale
 from labkit.runtime.peer import PeerDied
 from labkit.runtime.ports import Directory, WorkSource
 from labkit.runtime.request_queue import timing
+from labkit.swarm.deadline import Deadlines
 from labkit.swarm.ledger import Task
 from labkit.swarm.routing import Router
 
@@ -74,6 +75,7 @@ class Trainer:
         scenario = load_links(cfg)
         self.links = None if scenario is None else Links(scenario, scenario.trainer_region, payload_scale(cfg, scenario))
         self._seen: dict[str, tuple[int, int]] = {}  # peer -> (stage, announce epoch) last synced
+        self._deadlines = Deadlines(ceiling=cfg.peer_timeout)  # (peer, method) -> its requests' deadline
         self._viewed = -ROUTER_EVENT_SECONDS  # run time of the last router event
         self.lanes = [threading.Thread(target=self._loop, args=(lane,), name=f"trainer-{lane}", daemon=True)
                       for lane in lane_names(name, cfg.inflight)]
@@ -140,6 +142,9 @@ class Trainer:
                 if target is None:
                     raise StageEmpty(stage)
             server = self.directory.peer(target)
+            with self._routing:
+                deadline = self._deadlines[target, method]  # learnt from its answers, `peer_timeout` at most
+                wait = deadline.seconds()
             start = time.perf_counter()
             if server is None:
                 future = None
@@ -150,9 +155,11 @@ class Trainer:
             try:
                 if future is None:
                     raise LookupError(target)
-                result = future.result(timeout=self.cfg.peer_timeout)
+                result = future.result(timeout=wait)
             except FutureTimeout:
                 future.cancel()
+                with self._routing:
+                    deadline.expired()
                 self._ban(target)
                 self.work.peer_timed_out(target, may_have_accumulated=method != "forward")
                 if peer is not None:
@@ -169,7 +176,8 @@ class Trainer:
             now = self.work.clock()
             with self._routing:
                 self.router.report(target, seconds)
-                view = self.router.view() if now - self._viewed >= ROUTER_EVENT_SECONDS else None
+                deadline.answered(seconds)
+                view = self._view() if now - self._viewed >= ROUTER_EVENT_SECONDS else None
                 if view is not None:
                     self._viewed = now
             if view is not None:
@@ -179,6 +187,13 @@ class Trainer:
                                        microbatch=task.microbatch, timing=timing(future),
                                        link_seconds=future.link_seconds if self.links else 0.0))
             return target, result
+
+    def _view(self) -> list[dict[str, Any]]:
+        """The router's view (routing lock held), each peer with its longest request deadline."""
+        longest: dict[str, float] = {}
+        for (peer, _), d in self._deadlines.items():
+            longest[peer] = max(longest.get(peer, 0.0), d.seconds())
+        return [v | {"deadline": longest.get(v["peer"], self.cfg.peer_timeout)} for v in self.router.view()]
 
     def _choose(self, stage: int) -> str | None:
         with self._routing:

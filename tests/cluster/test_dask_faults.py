@@ -25,6 +25,7 @@ from distributed import Client, LocalCluster
 
 import labkit
 from labkit import AtomConfig, ModelConfig, RunConfig, TaskPoolConfig
+from labkit.backends.dask.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.runtime.reference import train_reference
@@ -34,6 +35,9 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.slow
 DETECT_SECONDS = 15.0  # a kill to its `killed` event, on a loaded CI machine
 STALL_SECONDS = 30.0  # the longest gap between two steps of a run that loses workers
+# a SIGSTOP to the hung peer's eviction: its DHT record lapses (ANNOUNCE_TTL after its last refresh,
+# seen within an ANNOUNCE_PERIOD), plus the same slack for a loaded CI machine as a kill's detection
+HUNG_SECONDS = ANNOUNCE_TTL + ANNOUNCE_PERIOD + DETECT_SECONDS
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +102,38 @@ def test_a_killed_peer_worker_is_noticed_fast_and_survived_exactly(cluster, smal
     got = assemble([s["params"] for s in torch.load(tmp_path / "checkpoint.pt", weights_only=False)["stages"]])
     assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
     print(f"detection: one kill {detected:.2f} s")
+    wait_for_restart(cluster)
+
+
+def test_a_hung_peer_worker_is_evicted_within_its_bound_and_survived_exactly(cluster, small_run: RunConfig,
+                                                                            tmp_path: Path) -> None:
+    """SIGSTOP, not SIGKILL: the worker hangs with its sockets open, so nothing fails, it only never
+    answers. Trainers give up on its requests at their learned deadlines, the run evicts it once
+    its DHT record lapses, and training still equals the single-process loop (float64)."""
+    cfg = small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=(3, 2),
+                            trainers=2, steps=8)
+    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
+    run.wait_for(step=2, timeout=120)
+    worker = _worker_of(run, "s0p1")
+    with Client(cluster.scheduler_address) as client:
+        pid = client.run(os.getpid, workers=[worker])[worker]
+    os.kill(pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        event = run.wait_for(event={"type": "peer", "peer": "s0p1", "state": "killed"}, timeout=120)
+        evicted = time.monotonic() - stopped
+        summary = run.wait(300)
+    finally:
+        os.kill(pid, signal.SIGKILL)  # its nanny starts a fresh worker
+    assert evicted < HUNG_SECONDS, f"the hung s0p1 was evicted after {evicted:.1f} s ({event['reason']})"
+    assert summary["status"] == "finished", summary
+    assert_exact_accounting(run, cfg)
+    model, _ = train_reference(cfg, WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed))
+    got = assemble([s["params"] for s in torch.load(tmp_path / "checkpoint.pt", weights_only=False)["stages"]])
+    assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
+    bans = [e for e in run.events.history("peer") if e["peer"] == "s0p1" and e["state"] == "banned"]
+    print(f"hung peer: evicted {evicted:.2f} s after SIGSTOP ({event['reason']}); {len(bans)} bans before; "
+          f"longest step gap {_longest_stall(run):.1f} s")
     wait_for_restart(cluster)
 
 

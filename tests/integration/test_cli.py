@@ -30,6 +30,8 @@ def test_train_writes_a_run_directory(tmp_path: Path) -> None:
     report = (run / "report.html").read_text()
     assert report.count("<svg") == 7 and "<h2>loss</h2>" in report  # every lab chart, as a static picture
     assert "loss (nats/byte)" in report and "nats/token" not in report  # the model's tokens are bytes
+    assert '<p class="headline">finished: validation loss ' in report and " tokens/s, " in report
+    assert "<td>&quot;" not in report and "<th>executor</th><td>name swarm</td>" in report  # text, not JSON
 
 
 @pytest.mark.parametrize(("args", "needle"), [

@@ -12,6 +12,7 @@ import pytest
 
 import labkit
 from labkit.config import RunConfig
+from labkit.swarm.deadline import FLOOR
 
 NEAR = (2.0, 1000.0)  # rtt ms, Mb/s
 FAR = (100.0, 5.0)
@@ -34,10 +35,26 @@ def linked_run(small_run: RunConfig, links: str) -> RunConfig:
     return small_run.replace(stages=2, peers=2, steps=8, global_batch=32, links=links)
 
 
+def check_deadlines(run: labkit.RunHandle, cfg: RunConfig) -> None:
+    """No peer was given up on (no ban, no eviction: every peer here answers), and every trainer
+    learnt each peer's deadline from its answers: under `peer_timeout`, above what the peer took."""
+    given_up = [e for e in run.events.history("peer") if e["state"] in ("banned", "killed")]
+    assert not given_up, given_up
+    views = {e["trainer"]: e["peers"] for e in run.events.history("router")}  # each trainer's last view
+    slowest = {}
+    for h in run.events.history("hop"):
+        slowest[h["trainer"], h["peer"]] = max(slowest.get((h["trainer"], h["peer"]), 0.0), h["seconds"])
+    for trainer, view in views.items():
+        for p in view:
+            assert FLOOR <= p["deadline"] < cfg.peer_timeout, (trainer, p)
+            assert p["deadline"] > slowest.get((trainer, p["peer"]), 0.0), (trainer, p, slowest)
+
+
 def check_links(run: labkit.RunHandle) -> None:
     """Every hop was delayed by exactly what its link models, each stage's ring crossed its far
-    link, and work shifted to the near peers."""
+    link, and work shifted to the near peers; no peer was given up on."""
     assert run.wait(300)["status"] == "finished"
+    check_deadlines(run, run.config)
     hops = run.events.history("hop")
     for h in hops:
         rtt_ms, mbps = FAR if h["peer"].endswith("p1") else NEAR  # s0p1 and s1p1 sit in "us"

@@ -51,6 +51,7 @@ def check_world(run: labkit.RunHandle, cfg: RunConfig) -> None:
     parameters equal the single-process reference's."""
     summary = run.wait(300)
     assert summary["status"] == "finished", summary
+    assert [e for e in run.events.history("peer") if e["state"] == "banned"] == []  # deadlines learnt, none too short
     world = load_links(cfg)
     hops = run.events.history("hop")
     assert summary["device_requests"] == len(hops) > 0

@@ -19,6 +19,8 @@ def test_preset_writes_events_summary_and_report(tmp_path, capsys):
     for title in ("Throughput, achieved vs optimal", "Routing: who serves each stage", "Peer timeline"):
         assert title in report
     assert "<h2>loss</h2>" not in report  # a simulation has no loss: no empty chart for it
+    assert f'<p class="headline">{summary["samples_per_s"]:.4g} samples/s</p>' in report  # the run in a line
+    assert "<td>&quot;" not in report and "<th>mode</th><td>events</td>" in report  # values as text, not JSON
     out = capsys.readouterr().out
     assert "samples/s" in out and out.strip().splitlines()[-1] == f"report: {tmp_path / 'report.html'}"
 

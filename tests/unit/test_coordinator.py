@@ -281,3 +281,20 @@ def test_a_moved_peer_keeps_its_place_in_a_world_under_every_new_name() -> None:
     assert c.members.emulates == {"s0p3": "s0p1"}
     c.members.kill_peer(second)
     assert c.members.emulates == {}
+
+
+def test_the_boundary_learns_its_deadlines_from_its_answers_and_backs_off_when_one_passes() -> None:
+    """The first boundary waits `peer_timeout`; each kind of request that every peer answered then
+    teaches its own deadline (never under the boundary's floor), and a kind that timed out doubles."""
+    from labkit.swarm.deadline import BOUNDARY_FLOOR
+    c, peers, _ = _coordinator(CFG.replace(peer_timeout=60.0))
+    assert c.books().deadline("prepare ring") == 60.0
+    _play_step(c, peers, {0: ["s0p0", "s0p1"], 1: ["s1p0", "s1p1"]})
+    commit = _boundary(c)
+    assert set(commit.took) == {"prepare ring", "commit_step"} and not commit.late
+    assert all(0 < s < 1 for s in commit.took.values())
+    books = c.books()
+    assert books.deadline("prepare ring") == books.deadline("commit_step") == BOUNDARY_FLOOR
+    assert books.deadline("outer_reduce") == 60.0  # never seen: the ceiling
+    c.deadlines.learn({}, {"commit_step"})
+    assert c.books().deadline("commit_step") == 2 * BOUNDARY_FLOOR
