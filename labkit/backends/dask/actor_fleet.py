@@ -26,8 +26,10 @@ from labkit.backends.dask.placement import peer_worker, trainer_workers
 from labkit.backends.dask.remote import START_TIMEOUT
 from labkit.backends.dask.workers import cluster_workers
 from labkit.config import RunConfig
+from labkit.runtime.background import in_background
 
 WORKER_CHECK = 0.5  # seconds between asking the scheduler which workers are still there
+RELEASE_TIMEOUT = 10.0  # seconds the end of a run waits for the workers to release its DHT nodes (a hung one never does)
 
 
 class NoFreeWorker(RuntimeError):
@@ -232,7 +234,9 @@ class ActorFleet:
         self._closed.set()
         calls = [self.client.close, *([self.cluster.close] if self.cluster is not None else [])]
         if self.node is not None:
-            calls[:0] = [lambda: self.client.run(release, self.run_id), self.node.shutdown]
+            # a hung worker (SIGSTOP) never answers: its DHT node ends with it, the run does not wait
+            release_all = in_background(self.client.run, release, self.run_id, name="labkit-release")
+            calls[:0] = [lambda: release_all.result(RELEASE_TIMEOUT), self.node.shutdown]
         for call in calls:
             try:
                 call()

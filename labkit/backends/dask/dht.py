@@ -103,13 +103,15 @@ class DhtNode:
         return self._run(self._node.store(key, value, get_dht_time() + ttl, subkey=subkey))
 
     def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
-        """For each key, its live subkeys' latest values."""
+        """For each key, its live subkeys' latest values (a dict value with its expiry, "expires",
+        in DHT time)."""
         found = self._run(self._node.get_many(keys, sufficient_expiration_time=float("inf")))
         out: dict[str, dict[str, Any]] = {}
         for key in keys:
             entry = found.get(key)
             records = entry.value if entry is not None and isinstance(entry.value, dict) else {}
-            out[key] = {sub: v.value for sub, v in records.items()}
+            out[key] = {sub: {**v.value, "expires": v.expiration_time} if isinstance(v.value, dict) else v.value
+                        for sub, v in records.items()}
         return out
 
     def shutdown(self) -> None:
@@ -150,9 +152,12 @@ class StageDirectory:
         return self.node.store(self._key(stage), key, {"gone": True}, ANNOUNCE_TTL * 2)
 
     def discover(self) -> dict[str, dict[str, Any]]:
-        """Live peers of every stage: name -> their latest record."""
+        """Live peers of every stage: name -> their latest record, with its "age": seconds since
+        the peer last refreshed it (its heartbeat)."""
         found = self.node.get_many([self._key(s) for s in range(self.stages)])
-        return {info["name"]: info for records in found.values() for info in records.values() if not info.get("gone")}
+        now = get_dht_time()
+        return {info["name"]: info | {"age": max(0.0, now - (info["expires"] - ANNOUNCE_TTL))}
+                for records in found.values() for info in records.values() if not info.get("gone")}
 
 
 _NODES: dict[str, DhtNode] = {}

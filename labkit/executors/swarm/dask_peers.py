@@ -184,10 +184,18 @@ class DaskPeers:
             trainer.worker, = self.fleet.trainer_workers(1)  # a free worker, or one it shares
             trainer.start()
             return
-        peer = c.members.peers.get(handle.name)  # without the lock, which a step boundary waiting on this peer holds
+        peer = c.members.peers.get(handle.name)
         if isinstance(peer, RemotePeer) and peer.worker == handle.worker:
-            peer.crashed()  # requests waiting on it fail now, so that boundary goes on (and evicts it)
-            c.members.evict(handle.name, reason)
+            self._gone(handle.name, reason)
+
+    def _gone(self, name: str, reason: str) -> None:
+        """Peer `name` is dead or hung: its waiting requests fail now, without the coordinator's
+        lock (a step boundary waiting on this peer holds it, and then goes on and evicts it), and
+        the coordinator evicts it."""
+        peer = self.coordinator.members.peers.get(name)
+        if isinstance(peer, RemotePeer):
+            peer.crashed()
+        self.coordinator.members.evict(name, reason)
 
     def _watch(self) -> None:
         """Every announce period: read the DHT, evict peers silent for `ANNOUNCE_TTL`, and give
@@ -199,11 +207,11 @@ class DaskPeers:
             except Exception:
                 continue
             now = time.monotonic()
-            for name in list(c.members.registry()):
-                if name in self._announced:
-                    self._last_seen[name] = now
+            for name in list(c.members.peers):  # a copy, not the registry: a boundary waiting on a hung peer holds the lock
+                if name in self._announced:  # when it last refreshed its record, not when we read it
+                    self._last_seen[name] = max(self._last_seen.get(name, 0.0), now - self._announced[name]["age"])
                 elif name in self._last_seen and now - self._last_seen[name] > ANNOUNCE_TTL:
-                    c.members.evict(name, f"stopped announcing to the DHT for {ANNOUNCE_TTL:.0f} s")
+                    self._gone(name, f"stopped announcing to the DHT for {ANNOUNCE_TTL:.0f} s")
             self._use_new_workers()
 
     def _use_new_workers(self) -> None:
