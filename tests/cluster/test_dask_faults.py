@@ -268,12 +268,13 @@ def test_task_pool_clients_on_dask_survive_sigkills_mid_forward_and_mid_backward
 
 
 def test_one_stages_peers_killed_in_succession_without_waiting(cluster, small_run: RunConfig) -> None:
-    """Real churn does not wait for steps: three of stage 0's peers' workers die 5 s and 25 s
-    apart (a live peer always left; the restarted workers join as peers meanwhile). Every death is
+    """Real churn does not wait for steps: three of stage 0's four peers' workers die 5 s and 25 s
+    apart (a live peer always left; the restarted workers join as peers meanwhile, on the stage
+    Algorithm 2's join rule picks from the queue lengths, not necessarily stage 0). Every death is
     reported within `DETECT_SECONDS` of the last kill, no gap between steps reaches
     `STALL_SECONDS`, nothing is lost or doubled. (A joiner once started under the coordinator's lock: the third death was noticed
     after 95 s and the next step came 219 s after it.)"""
-    cfg = small_run.replace(stages=2, peers=(3, 2), trainers=1, steps=100_000)
+    cfg = small_run.replace(stages=2, peers=(4, 2), trainers=1, steps=100_000)
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address)
     try:
         run.wait_for(step=2, timeout=120)

@@ -21,6 +21,14 @@ def two_nodes():
     first.shutdown()
 
 
+def _published(directory: dht.StageDirectory) -> dict[str, dict]:
+    """What the peers published, less the DHT's expiry and the age discover reads from it (which
+    must be a heartbeat's: from 0 to the record's lifetime)."""
+    found = directory.discover()
+    assert all(0.0 <= r["age"] <= dht.ANNOUNCE_TTL for r in found.values()), found
+    return {name: {k: v for k, v in r.items() if k not in ("expires", "age")} for name, r in found.items()}
+
+
 def test_announce_discover_withdraw_and_expire(two_nodes, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dht, "ANNOUNCE_TTL", 2.0)
     first, second = two_nodes
@@ -30,7 +38,7 @@ def test_announce_discover_withdraw_and_expire(two_nodes, monkeypatch: pytest.Mo
     assert mine.announce("s1p0", 1, "actor-b", {"queue": 0})
     both = {"s0p0": {"name": "s0p0", "stage": 0, "key": "actor-a", "queue": 3},
             "s1p0": {"name": "s1p0", "stage": 1, "key": "actor-b", "queue": 0}}
-    wait_until(lambda: theirs.discover() == both, 10, "both peers to reach the other node")
+    wait_until(lambda: _published(theirs) == both, 10, "both peers to reach the other node")
     assert dht.StageDirectory(second, "run-b", 2).discover() == {}, "runs do not see each other's peers"
     assert theirs.withdraw(1, "actor-b")
     wait_until(lambda: set(mine.discover()) == {"s0p0"}, 10, "a withdrawn peer to be gone for every node")
@@ -39,6 +47,8 @@ def test_announce_discover_withdraw_and_expire(two_nodes, monkeypatch: pytest.Mo
     refreshed = time.monotonic()
     assert mine.announce("s0p0", 0, "actor-a", {"queue": 1})  # a refresh replaces the record
     wait_until(lambda: theirs.discover().get("s0p0", {}).get("queue") == 1, 10, "the refreshed record")
+    age, since = theirs.discover()["s0p0"]["age"], time.monotonic() - refreshed
+    assert age <= since + 0.1, f"the record's age {age:.2f} s is older than its refresh, {since:.2f} s ago"
     theirs.withdraw(1, "actor-c")
     wait_until(lambda: theirs.discover() == {}, 10, "a peer that stops refreshing to expire")
     assert time.monotonic() - refreshed >= 1.5, "...at its expiration (2 s after the refresh), not before"
