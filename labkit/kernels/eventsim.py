@@ -215,7 +215,7 @@ def _issue(t, w, num_stages, stage, prio, ema, order, banned, started, phase, ep
     forward = pos[w] < num_stages
     s = pos[w] if forward else 2 * num_stages - 1 - pos[w]
     if forward:
-        if not started[s] and iwrr_skip(stage, prio, ema, order, banned, s, phase):
+        if not started[s] and iwrr_skip(stage, prio, order, banned, s, phase):
             started[s] = True
         p = iwrr_pick(stage, prio, ema, order, banned, s)
         if p < 0:  # no live peer on this stage: the pipeline is paused for this trainer

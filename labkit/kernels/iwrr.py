@@ -38,8 +38,8 @@ ROTATE_STEP = 1e-9  # how far behind the stage's last priority a skipped peer go
 
 
 @njit(cache=True)
-def iwrr_skip(stage: np.ndarray, prio: np.ndarray, ema: np.ndarray, order: np.ndarray, banned: np.ndarray,
-              s: int, phase: int) -> bool:
+def iwrr_skip(stage: np.ndarray, prio: np.ndarray, order: np.ndarray, banned: np.ndarray, s: int,
+              phase: int) -> bool:
     """Rotate stage s's round by `phase` mod (its live peers): the peer that would be picked next
     moves just behind the stage's largest priority, that many times, so a router starts its round
     that far in without charging anyone an EMA. Routers that start together (trainer k skipping k)

@@ -21,6 +21,12 @@ FLOOR = 1.0  # seconds: no deadline of a data request is shorter (RFC 6298's min
 BOUNDARY_FLOOR = 5.0  # seconds: nor of a step boundary's request (which evicts: a loaded machine's pauses)
 
 
+def _check(ceiling: float, floor: float) -> None:
+    """One clear error for a ceiling or floor that is not a positive number of seconds."""
+    if not (ceiling > 0 and floor > 0):
+        raise ValueError(f"floor={floor!r}, ceiling={ceiling!r} are not allowed: both must be > 0 seconds")
+
+
 class Deadline:
     """One peer's request deadline, learned from its answers.
 
@@ -36,8 +42,7 @@ class Deadline:
     def __init__(self, *, ceiling: float, floor: float = FLOOR) -> None:
         """ceiling: the longest deadline (and the first); floor: the shortest, unless the ceiling
         is shorter still."""
-        if not (ceiling > 0 and floor > 0):
-            raise ValueError(f"floor={floor!r}, ceiling={ceiling!r} are not allowed: both must be > 0 seconds")
+        _check(ceiling, floor)
         self.floor, self.ceiling = min(floor, ceiling), ceiling
         self.srtt: float | None = None
         self.rttvar = 0.0
@@ -69,7 +74,7 @@ class Deadlines:
     learnt from its own answers, all with the same floor and ceiling."""
 
     def __init__(self, *, ceiling: float, floor: float = FLOOR) -> None:
-        Deadline(ceiling=ceiling, floor=floor)  # the same checks, before any kind is asked for
+        _check(ceiling, floor)
         self.ceiling, self.floor = ceiling, floor
         self._kinds: dict[Hashable, Deadline] = {}
 

@@ -115,7 +115,7 @@ class Router:
     # -- routing ----------------------------------------------------------------------------
     def choose(self, stage: int) -> str | None:
         """Pick the live peer of `stage` with the smallest priority and charge it; None if none."""
-        if stage not in self._started and iwrr_skip(self._stage, self._prio, self._ema, self._order, self._banned,
+        if stage not in self._started and iwrr_skip(self._stage, self._prio, self._order, self._banned,
                                                     stage, self.phase):
             self._started.add(stage)
         i = iwrr_pick(self._stage, self._prio, self._ema, self._order, self._banned, stage)
