@@ -10,13 +10,26 @@ cores). Links: 400 Mb/s, 800 Mb/s and "localhost", taken as 10 Gb/s (the servers
 rate; loopback is at least that), each with 1 ms per send (a gRPC call).
 
 - Fig. 14/15: per result GPU time (seconds per minibatch per GPU) and GPU utilization. ATOM: one
-  device, C = 4 (the ATOM paper's degree of gradient accumulation), sub-models packed greedily so that
-  two neighbours and the stash fit the device (a stand-in for the partition search of
-  `labkit.plan.atom_partition`). GPipe: 4 devices, 4 microbatches per iteration; PipeDream: 4
-  devices, a stream of 32 microbatches; stages balanced by compute.
+  device, C = 4 (the ATOM paper's degree of gradient accumulation), sub-models from the partition
+  search (`labkit.plan.atom_partition.partition`, two neighbours side by side in what the boundary
+  tensors leave of the device; the stash on the host, where labkit's executor keeps it), and the
+  compute stream's overheads `OVERHEADS` (below); utilization without them is reported beside.
+  Where no partition meets the search's constraints, one layer per sub-model (marked forced).
+  GPipe: 4 devices, 4 microbatches per iteration; PipeDream: 4 devices, a stream of 32
+  microbatches; stages balanced by compute.
 - Fig. 16: seconds per global batch of 256 minibatches on 8 and 12 GPUs (2 and 3 pipelines)
   including the all-reduce (ring, over the same links) and the optimizer step.
 - §III-C: ATOM's utilization on 175B (2 blocks) for hand-picked sub-models and C = 1, 2, 4, 8.
+
+The overhead model (`labkit.sim.atom.Overheads`): ATOM's compute stream also swaps finished work out
+(the ATOM paper, §IV), and labkit's executor copies on its compute thread: every sub-model's
+gradients to the host after its backward pass (the host optimizer needs them), the stash out
+before a forward pass and back before the backward one. Copies run at 12 GB/s, the PCIe 3.0 x16
+rate the profile already loads at (the ATOM paper's servers have PCIe 3.0 x16; device -> pageable
+host measured 14.9 GB/s on an H100 host, above that, so the link binds); each sub-model turn
+starts 0.566 ms after the previous one ends or its load lands (the executor's median gap between
+turns on an H100, `experiments/atom_turn_gap.py`). No kernel launch gaps: a 175B block's kernels
+run for milliseconds, far above a launch (~10 us).
 
 Prints markdown tables and writes docs/figures/atom_utilization.json.
 """
@@ -28,7 +41,8 @@ import json
 import time
 
 from experiments._runs import parse_with_out
-from labkit.sim.atom import analytic_profile, atom_timeline, stash_bytes, submodel_bytes
+from labkit.plan.atom_partition import NoFeasiblePartition, partition
+from labkit.sim.atom import Overheads, analytic_profile, atom_timeline, boundary_bytes, resident_bytes, submodel_bytes
 from labkit.sim.hardware import DEVICES
 from labkit.sim.pipelines import (
     SCHEDULES,
@@ -52,53 +66,53 @@ SWEEP_C = (1, 2, 4, 8)
 FIG16_MODELS = ("gpt3-xl", "gpt3-175b")
 FIG16_GPUS = (8, 12)  # 2 and 3 pipelines of 4
 PAPER_UTILIZATION = {"atom": 91.9, "pipedream": 46.3, "gpipe": 18.3}  # Fig. 15, 175B (2 blocks), localhost
+# 12 GB/s: PCIe 3.0 x16 (the profile's load rate); 0.566 ms: median turn gap, experiments/atom_turn_gap.py on an H100
+OVERHEADS = Overheads(copy_bps=12e9, turn_s=0.566e-3)
 
 
-def packed_sizes(profile: tuple, budget: float, accumulation: int) -> tuple[int, ...]:
-    """Consecutive layers per sub-model, each sub-model as large as fits half of what the stash
-    leaves of the budget (so the current and the next fit together)."""
-    cap = (budget - stash_bytes(profile, accumulation)) / 2
-    sizes, held = [0], 0.0
-    for layer in profile:
-        if sizes[-1] and held + layer.memory > cap:
-            sizes.append(0)
-            held = 0.0
-        sizes[-1] += 1
-        held += layer.memory
-    return tuple(sizes)
+def searched_sizes(profile: tuple, budget: float) -> tuple[tuple[int, ...], bool]:
+    """ATOM's sub-models: the partition search at C = ACCUMULATION with neighbours side by side in
+    what the boundary tensors leave of `budget`, and False; or, where no partition meets the
+    constraints, one layer per sub-model and True (forced)."""
+    try:
+        return partition(profile, budget - boundary_bytes(profile, ACCUMULATION), ACCUMULATION, together=True).sizes, False
+    except NoFeasiblePartition:
+        return (1,) * len(profile), True
 
 
-def setup(device: str, model: str) -> tuple[tuple, float, tuple[int, ...], tuple[int, ...]]:
-    """(profile, device bytes, ATOM sub-models, pipeline stages) of `model` on `device`."""
+def setup(device: str, model: str) -> tuple[tuple, float, tuple[int, ...], bool, tuple[int, ...]]:
+    """(profile, device bytes, ATOM sub-models, whether they are forced, pipeline stages) of `model` on `device`."""
     profile = analytic_profile(model, device, 1, SEQ_LEN, layers=MODELS[model])
     budget = DEVICES[device][1] * 1e9
-    return profile, budget, packed_sizes(profile, budget, ACCUMULATION), balanced_stages(profile, PIPELINE)
+    return profile, budget, *searched_sizes(profile, budget), balanced_stages(profile, PIPELINE)
 
 
 def fig14(device: str, model: str) -> list[dict]:
     """Per result GPU time and utilization of the three schedules at every link speed."""
-    profile, budget, sizes, stages = setup(device, model)
-    atom = atom_timeline(profile, sizes, ACCUMULATION, budget_bytes=budget)
+    profile, budget, sizes, forced, stages = setup(device, model)
+    atom = atom_timeline(profile, sizes, ACCUMULATION, budget_bytes=budget, overheads=OVERHEADS)
+    ideal = 100 * atom_timeline(profile, sizes, ACCUMULATION, budget_bytes=budget).mean_utilization
     rows = []
     for link, bps in LINKS.items():
         gpipe = gpipe_timeline(profile, stages, GPIPE_MICROBATCHES, bps, LATENCY_S)
         pipedream = pipedream_timeline(profile, stages, PIPEDREAM_STREAM, bps, LATENCY_S)
         rows += [{"device": device, "model": model, "blocks": len(profile) - 2, "link": link, "schedule": t.schedule,
                   "gpu_s_per_minibatch": t.gpu_s_per_minibatch, "utilization": 100 * t.mean_utilization,
-                  "per_device": [100 * u for u in t.utilization], "submodels": list(sizes), "stages": list(stages)}
+                  "per_device": [100 * u for u in t.utilization], "submodels": list(sizes), "forced": forced,
+                  "stages": list(stages), **({"utilization_no_overheads": ideal} if t is atom else {})}
                  for t in (atom, gpipe, pipedream)]
     return rows
 
 
 def fig16(device: str, model: str) -> list[dict]:
     """Global-batch time on 8 and 12 GPUs at every link speed."""
-    profile, budget, sizes, stages = setup(device, model)
+    profile, budget, sizes, _, stages = setup(device, model)
     rows = []
     for gpus in FIG16_GPUS:
         for link, bps in LINKS.items():
             times = global_batch_time(profile, atom_sizes=sizes, stages=stages, accumulation=ACCUMULATION,
                                       microbatches=GPIPE_MICROBATCHES, gpus=gpus, bandwidth_bps=bps,
-                                      latency_s=LATENCY_S, budget_bytes=budget)
+                                      latency_s=LATENCY_S, budget_bytes=budget, atom_overheads=OVERHEADS)
             rows += [{"device": device, "model": model, "gpus": gpus, "link": link, "schedule": name,
                       "compute_s": t.compute_s, "allreduce_s": t.allreduce_s, "optimizer_s": t.optimizer_s,
                       "total_s": t.total_s} for name, t in times.items()]
@@ -106,17 +120,17 @@ def fig16(device: str, model: str) -> list[dict]:
 
 
 def accumulation_sweep() -> list[dict]:
-    """ATOM's utilization on 175B (2 blocks) for hand-picked sub-models and several C: the
-    embedding alone in sub-model 1 leaves its successor's load uncovered (§III-C). None: the
-    largest sub-model and the stash of C minibatches exceed the device."""
+    """ATOM's utilization on 175B (2 blocks) for hand-picked sub-models and several C, with the
+    overheads: the embedding alone in sub-model 1 leaves its successor's load uncovered (§III-C).
+    None: the largest sub-model and the boundary tensors of C minibatches exceed the device."""
     rows = []
-    for device, choices in (("V100-32GB", ((1, 1, 1, 1), (2, 1, 1), (2, 2))), ("GTX1080Ti", ((1, 1, 1, 1),))):
-        profile, budget, _, _ = setup(device, "gpt3-175b")
+    for device, choices in (("V100-32GB", ((1, 1, 1, 1), (2, 1, 1), (2, 2), (4,))), ("GTX1080Ti", ((1, 1, 1, 1),))):
+        profile, budget, *_ = setup(device, "gpt3-175b")
         for sizes in choices:
-            fits = [max(submodel_bytes(profile, sizes)) + stash_bytes(profile, c) <= budget for c in SWEEP_C]
+            fits = [max(submodel_bytes(profile, sizes)) + resident_bytes(profile, c) <= budget for c in SWEEP_C]
             rows.append({"device": device, "submodels": list(sizes), "accumulation": list(SWEEP_C), "utilization": [
-                100 * atom_timeline(profile, sizes, c, budget_bytes=budget).utilization[0] if ok else None
-                for c, ok in zip(SWEEP_C, fits)]})
+                100 * atom_timeline(profile, sizes, c, budget_bytes=budget, overheads=OVERHEADS).utilization[0]
+                if ok else None for c, ok in zip(SWEEP_C, fits)]})
     return rows
 
 
@@ -124,13 +138,16 @@ def print_tables(f14: list[dict], f16: list[dict], sweep: list[dict]) -> None:
     """The three result sets as markdown tables."""
     by14 = {(r["device"], r["model"], r["link"], r["schedule"]): r for r in f14}
     for device in DEVICE_NAMES:
-        print(f"\nFig. 14 / 15 on {device}: per result GPU time (s per minibatch per GPU) / mean GPU utilization (%)")
+        print(f"\nFig. 14 / 15 on {device}: per result GPU time (s per minibatch per GPU) / mean GPU utilization (%); "
+              "ATOM: (utilization without overheads); sub-models marked * forced (no partition meets the constraints)")
         print("| model | link | ATOM | GPipe | PipeDream | ATOM sub-models | stages |\n|---|---|---|---|---|---|---|")
         for model in MODELS:
             for link in LINKS:
                 rows = [by14[device, model, link, s] for s in SCHEDULES]
                 cells = [f"{r['gpu_s_per_minibatch']:.3f} / {r['utilization']:.1f}" for r in rows]
-                print(f"| {model} | {link} | " + " | ".join(cells) + f" | {rows[0]['submodels']} | {rows[0]['stages']} |")
+                cells[0] += f" ({rows[0]['utilization_no_overheads']:.1f})"
+                mark = "*" if rows[0]["forced"] else ""
+                print(f"| {model} | {link} | " + " | ".join(cells) + f" | {rows[0]['submodels']}{mark} | {rows[0]['stages']} |")
     print(f"\nFig. 15 paper (175B, 2 blocks, localhost): {PAPER_UTILIZATION}")
     by16 = {(r["device"], r["model"], r["gpus"], r["link"], r["schedule"]): r for r in f16}
     print("\nFig. 16: seconds per global batch of 256, total (compute + all-reduce + optimizer)")

@@ -17,7 +17,8 @@ softmax cross-entropy, as minGPT, which the ATOM paper profiles). Per layer and 
   host (ATOM runs Adam on the CPU), so it is not counted. Block activations follow Korthikanti et
   al. 2022 (no recompute, 16-bit): seq·mb·d·(34 + 5·heads·seq/d) bytes, scaled by
   bytes_per_value / 2; the head's are the logits and their gradient. What the microbatches in
-  flight keep for the backward is charged by the simulator (`stash_bytes`).
+  flight keep for the backward is charged by the simulator (`resident_bytes`: on the host by
+  default, as labkit's executor keeps it).
 - out_bytes: the tensor a cut after the layer moves, mb·seq·d values (the ATOM paper's Table II at
   bytes_per_value = 4); the head hands nothing on.
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from labkit.config import ConfigError
 from labkit.plan.atom_profile import LayerCost, check_profile
-from labkit.sim.atom import Interval, Timeline, atom_timeline, check_sizes, layer_groups, summarize
+from labkit.sim.atom import Interval, Overheads, Timeline, atom_timeline, check_sizes, layer_groups, summarize
 
 SCHEDULES = ("atom", "gpipe", "pipedream")
 
@@ -174,14 +174,15 @@ class BatchTime:
 def global_batch_time(profile: Sequence[LayerCost], *, atom_sizes: Sequence[int], stages: Sequence[int],
                       accumulation: int, microbatches: int, gpus: int, bandwidth_bps: float, latency_s: float = 0.0,
                       global_batch: int = 256, budget_bytes: float = math.inf, host_optimizer_bps: float = 1e9,
-                      device_optimizer_bps: float = 5e10) -> dict[str, BatchTime]:
+                      device_optimizer_bps: float = 5e10, atom_overheads: Overheads | None = None) -> dict[str, BatchTime]:
     """Fig. 16: `global_batch` minibatches on `gpus` devices, per schedule name in SCHEDULES.
 
     ATOM: every device a replica that runs ceil(G / gpus) minibatches, rounded up to whole
     iterations of C, from a cold start (the host optimizer step changed every sub-model, so
-    sub-model 1 is loaded afresh); then a ring all-reduce of the whole model over all devices and
-    Adam on the host at `host_optimizer_bps` bytes of parameters per second (default 1e9: 5e8
-    fp16 parameters/s, PyTorch's CPU AdamW on a many-core host, a guess). Pipelines: gpus / P
+    sub-model 1 is loaded afresh), the stash on the host and `atom_overheads` on its compute
+    stream; then a ring all-reduce of the whole model over all devices and Adam on the host at
+    `host_optimizer_bps` bytes of parameters per second (default 1e9: 5e8 fp16 parameters/s,
+    PyTorch's CPU AdamW on a many-core host, a guess). Pipelines: gpus / P
     replicas of one P-device pipeline (`gpus` a multiple of P), each running ceil(G / replicas)
     minibatches (GPipe: whole iterations of `microbatches`), then every stage all-reduces its own
     parameters over the replicas (stage rings in parallel, each device on its own link) and steps
@@ -197,7 +198,7 @@ def global_batch_time(profile: Sequence[LayerCost], *, atom_sizes: Sequence[int]
     model_bytes = sum(x.param_bytes for x in layers)
     share = math.ceil(global_batch / gpus)
     atom = atom_timeline(layers, atom_sizes, accumulation, budget_bytes=budget_bytes,
-                         iterations=math.ceil(share / accumulation))
+                         iterations=math.ceil(share / accumulation), overheads=atom_overheads)
     out = {"atom": BatchTime("atom", atom.makespan_s, ring_allreduce_s(model_bytes, gpus, bandwidth_bps, latency_s),
                              model_bytes / host_optimizer_bps)}
     replicas = gpus // len(stages)

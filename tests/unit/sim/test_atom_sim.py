@@ -8,7 +8,17 @@ import pytest
 
 from labkit.config import ConfigError
 from labkit.plan.atom_profile import LayerCost
-from labkit.sim.atom import analytic_profile, atom_timeline, stash_bytes, submodel_bytes, swap_events
+from labkit.plan.atom_partition import partition
+from labkit.sim.atom import (
+    Overheads,
+    analytic_profile,
+    atom_timeline,
+    boundary_bytes,
+    resident_bytes,
+    stash_bytes,
+    submodel_bytes,
+    swap_events,
+)
 from labkit.sim.pipelines import (
     balanced_stages,
     global_batch_time,
@@ -90,10 +100,11 @@ def test_bad_inputs_are_refused():
         analytic_profile("gpt3-small", "TPU", 1, 128)
 
 
-def _check_atom_invariants(t, profile, sizes, accumulation, budget):
+def _check_atom_invariants(t, profile, sizes, accumulation, budget, stash_on):
     computes = _compute(t)
-    for a, b in pairwise(computes):
-        assert a.end <= b.start + 1e-9, "two computes overlap"
+    busy = sorted((iv for iv in t.intervals if iv.kind in ("compute", "overhead")), key=lambda iv: iv.start)
+    for a, b in pairwise(busy):
+        assert a.end <= b.start + 1e-9, "two spans of the compute stream overlap"
     loads = sorted((iv for iv in t.intervals if iv.kind == "load"), key=lambda iv: iv.start)
     for a, b in pairwise(loads):
         assert a.end <= b.start + 1e-9, "two loads overlap"
@@ -101,19 +112,64 @@ def _check_atom_invariants(t, profile, sizes, accumulation, budget):
         latest = max((iv for iv in loads if iv.unit == c.unit and iv.start <= c.start), key=lambda iv: iv.start)
         assert latest.end <= c.start + 1e-9
     assert t.peak_memory <= budget
-    assert min(b for _, b in t.memory) >= stash_bytes(profile, accumulation)
+    floor = resident_bytes(profile, accumulation, stash_on)
+    assert min(b for _, b in t.memory) >= floor
     assert [tm for tm, _ in t.memory] == sorted(tm for tm, _ in t.memory)
-    assert t.peak_memory <= max(submodel_bytes(profile, sizes)) * 2 + stash_bytes(profile, accumulation)
+    assert t.peak_memory <= max(submodel_bytes(profile, sizes)) * 2 + floor
     assert 0.0 < t.utilization[0] <= 1.0 + 1e-12
 
 
 @pytest.mark.parametrize("sizes", [(1, 1, 1, 1), (2, 1, 1), (2, 2), (1, 1, 2)])
 @pytest.mark.parametrize("accumulation", [1, 3])
 @pytest.mark.parametrize("budget", [32e9, 16e9])
-def test_atom_invariants_on_an_analytic_profile(sizes, accumulation, budget):
+@pytest.mark.parametrize("stash_on", ["host", "device"])
+@pytest.mark.parametrize("overheads", [None, Overheads(12e9, 5e-4)])
+def test_atom_invariants_on_an_analytic_profile(sizes, accumulation, budget, stash_on, overheads):
     profile = analytic_profile("gpt3-175b", "V100-32GB", 1, 2048, layers=2)
-    t = atom_timeline(profile, sizes, accumulation, budget_bytes=budget, iterations=4)
-    _check_atom_invariants(t, profile, sizes, accumulation, budget)
+    t = atom_timeline(profile, sizes, accumulation, budget_bytes=budget, iterations=4, stash_on=stash_on,
+                      overheads=overheads)
+    _check_atom_invariants(t, profile, sizes, accumulation, budget, stash_on)
+
+
+def test_overheads_by_hand():
+    """Three sub-models of one layer (fwd 1, bwd 2, load 0.5: hidden; 1 byte of parameters; a cut
+    moves 1 byte), C = 1, copies at 1 byte/s, 0.25 s per turn. An iteration's turns F0, F1, [F2 B2],
+    B1, B0 wait 5 x 0.25 s; sub-model 1's input goes to the host before F1 and back before B1 (1 s
+    each; sub-model 0's input is the tokens, not charged); every backward copies 1 byte of gradients
+    out (3 x 1 s). 9 s of compute in 9 + 1.25 + 2 + 3 = 15.25 s. With the stash on the device its
+    2 s of copies go."""
+    profile = _uniform(3, load=0.5, out=1.0)
+    host = atom_timeline(profile, (1, 1, 1), 1, iterations=2, overheads=Overheads(1.0, 0.25))
+    assert host.per_minibatch_s == pytest.approx(15.25)
+    assert host.utilization == (pytest.approx(9 / 15.25),)
+    device = atom_timeline(profile, (1, 1, 1), 1, iterations=2, overheads=Overheads(1.0, 0.25), stash_on="device")
+    assert device.per_minibatch_s == pytest.approx(13.25)
+    plain = atom_timeline(profile, (1, 1, 1), 1, iterations=2)
+    assert plain.utilization == (pytest.approx(1.0),) and plain.per_minibatch_s == pytest.approx(9.0)
+    with pytest.raises(ConfigError, match="copy_bps"):
+        Overheads(0.0)
+    with pytest.raises(ConfigError, match="stash_on"):
+        atom_timeline(profile, (1, 1, 1), 1, stash_on="disk")
+
+
+def test_a_stash_on_the_host_lets_bigger_submodels_fit():
+    """6 layers of 1 byte (fwd 1, bwd 2, load 1), cuts of 0.25 bytes, C = 2, a 6-byte device. On
+    the device the stash is 2 x 5 x 0.25 = 2.5 bytes, leaving 3.5 for two neighbouring sub-models,
+    so none has more than two layers. On the host only the running turn's inputs and outputs stay
+    (2 x 2 x 0.25 = 1 byte), leaving 5: the search finds a three-layer sub-model, and the schedule
+    prefetches it in budget, where the same cut with the stash on the device waits for room."""
+    profile = _uniform(6, load=1.0, out=0.25)
+    assert stash_bytes(profile, 2) == 2.5 and boundary_bytes(profile, 2) == 1.0
+    on_device = partition(profile, 6.0 - resident_bytes(profile, 2, "device"), 2, together=True)
+    on_host = partition(profile, 6.0 - resident_bytes(profile, 2, "host"), 2, together=True)
+    assert on_device.sizes == (1, 2, 1, 2) and on_host.sizes == (1, 2, 3)
+    host = atom_timeline(profile, on_host.sizes, 2, budget_bytes=6.0)
+    device = atom_timeline(profile, on_host.sizes, 2, budget_bytes=6.0, stash_on="device")
+    assert host.peak_memory == 6.0 and host.utilization == (pytest.approx(1.0),)
+    assert device.utilization[0] < 0.9
+    with pytest.raises(ConfigError, match="budget_bytes"):
+        atom_timeline(profile, (4, 2), 2, budget_bytes=6.0, stash_on="device")
+    assert atom_timeline(profile, (4, 2), 2, budget_bytes=6.0).peak_memory <= 6.0
 
 
 def test_analytic_profile_matches_the_seed():
