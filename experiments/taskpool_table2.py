@@ -74,7 +74,7 @@ def main() -> None:
     print("| model | method | case 1 | case 2 | case 3 | case 4 | paper (1 / 2 / 3 / 4) |\n|---|---|---|---|---|---|---|")
     for model, cases in t2.items():
         for m in METHODS:
-            cells = " | ".join(f"{c[m]['seconds'] / 60:.2f}" for c in cases)
+            cells = " | ".join(f"{c[m]['seconds'] / 60:.3g}" for c in cases)
             print(f"| {model} | {m} | {cells} | {' / '.join(str(x) for x in PAPER[model, m])} |")
         ratio = cases[3]["swarm"]["seconds"] / cases[3]["taskpool"]["seconds"]
         paper = PAPER[model, "swarm"][3] / PAPER[model, "taskpool"][3]

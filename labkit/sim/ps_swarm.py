@@ -4,12 +4,13 @@ the same links, the same disconnections, and labkit's SWARM `StepLedger` for wha
 
 A microbatch attempt goes forward through every stage and back down to the lowest stage it must
 still accumulate at; each forward hop goes to the live peer of the stage that would finish it
-first (what SWARM's router converges to), directly from the previous stage's peer, and queues
-there; the backward returns to the peer that ran the forward. A peer that vanished fails the hops
-it holds once their deadline passes (the task pool's timeout rule); a failed forward is retried
-at another peer, a failed backward ends the attempt. A lost peer takes the gradients it
-accumulated this batch with it (`StepLedger.peer_lost`), and the ledger hands those microbatches
-out again: forward through every stage again, the lost stage's slice included.
+first (what SWARM's router converges to), directly from the previous stage's peer (stage 0's
+from the data source, as token ids), and queues there; the backward returns to the peer that ran
+the forward. A peer that vanished fails the hops it holds once their deadline passes (the task
+pool's timeout rule); a failed forward is retried at another peer, a failed backward ends the
+attempt. A lost peer takes the gradients it accumulated this batch with it
+(`StepLedger.peer_lost`), and the ledger hands those microbatches out again: forward through
+every stage again, the lost stage's slice included.
 """
 
 from __future__ import annotations
@@ -55,19 +56,20 @@ class _Run:
         w, last = self.w, len(self.w.stages) - 1
         prev = att.peers.get(k - 1, self.source) if way == "fwd" else att.peers.get(k + 1, att.peers[last])
         per_token = w.fwd[:, k] if way == "fwd" else w.bwd[:, k]
+        size = w.fetch_bytes(k) if way == "fwd" else None  # stage 0 gets token ids from the source
         if way == "fwd":
             live = [i for i in w.stages[k].members if i not in self.banned]
             if not live:
                 raise RuntimeError(f"SWARM batch stalled: stage {k} lost every peer")
-            peer = min(live, key=lambda i: max(t + w.hop(prev, i, w.tokens), self.free[i]) + w.tokens * per_token[i])
+            peer = min(live, key=lambda i: max(t + w.hop(prev, i, w.tokens, size), self.free[i]) + w.tokens * per_token[i])
             att.peers[k] = peer
             self.runs += w.tokens
         else:
             peer = att.peers[k]
-        arrive = t + w.hop(prev, peer, w.tokens)
-        end = max(arrive, self.free[peer]) + w.tokens * per_token[peer]
+        wire = w.hop(prev, peer, w.tokens, size)
+        end = max(t + wire, self.free[peer]) + w.tokens * per_token[peer]
         if self.dead(peer, end):
-            expected = w.hop(prev, peer, w.tokens) + w.tokens * per_token[peer]
+            expected = wire + w.tokens * per_token[peer]
             self.push(max(t + w.grace + w.slack * expected, self.drops[peer]), "fail", (att, k, way, peer))
         else:
             self.free[peer] = end

@@ -1,15 +1,18 @@
 """The task pool paper's parameter-server pipeline in virtual time: one `StagePool` per stage, the same
 bookkeeping the executors call, driven by an event heap.
 
-All microbatches of a batch wait at stage 0's frontal servers at t = 0. A device of a stage pulls
-a task when its compute is idle (its own slices first, backward before forward, then the pool),
-computes once its inputs are in, and sends the result on while it computes the next: the servers
-push a device's own slices as soon as they hold them, so their transfer overlaps earlier work (as
-a SWARM peer's queue does), while pool work is fetched when taken. A stage's forward of a microbatch is complete when the backward servers hold every slice,
-which they pass to the next stage's frontal servers by the even split; gradients go the other
-way. Gradients stream to the servers with each backward result (the delayed parameter update
-runs beside training), so a vanished client takes only its task in flight and its stashed
-activations with it. The servers notice a vanished client when a deadline passes.
+All microbatches of a batch wait at stage 0's frontal servers at t = 0, as token ids. A device of
+a stage pulls a task when its compute is idle (its own slices first, backward before forward, then
+the pool), computes once its inputs are in, and sends the result on while it computes the next:
+the servers push a device's own slices as soon as they hold them, so their transfer overlaps
+earlier work (as a SWARM peer's queue does), while pool work is fetched when taken. A stage's
+forward of a microbatch is complete when the backward servers hold every slice, which they pass
+to the next stage's frontal servers by the even split; gradients go the other way. At the last
+stage the client that ran a slice's forward computes its loss and backward, as SWARM's last peer
+does: "the BS passes the activations to the next stage" (the paper's §3.2), and there is none.
+Gradients stream to the servers with each backward result (the delayed parameter update runs
+beside training), so a vanished client takes only its task in flight and its stashed activations
+with it. The servers notice a vanished client when a deadline passes.
 """
 
 from __future__ import annotations
@@ -42,20 +45,24 @@ class _Run:
     def alive(self, i: int, t: float) -> bool:
         return i not in self.drops or t < self.drops[i]
 
-    def part_hops(self, pairs: list[tuple[str, str, int, int]]) -> float:
+    def part_hops(self, pairs: list[tuple[str, str, int, int]], per_token: float | None = None) -> float:
         """Seconds until the last of parallel transfers (source, target, start, end) lands."""
-        return max((self.w.hop(self.index[a], self.index[b], end - start) for a, b, start, end in pairs), default=0.0)
+        return max((self.w.hop(self.index[a], self.index[b], end - start, per_token) for a, b, start, end in pairs),
+                   default=0.0)
 
     def timing(self, k: int, i: int, task: Task, t: float) -> tuple[float, float]:
-        """(compute ends, result at the servers) of `task` taken by device i at stage k at t."""
-        pool, me, n = self.pools[k], self.w.names[i], task.end - task.start
+        """(compute ends, result at the servers) of `task` taken by device i at stage k at t. Stage 0's
+        inputs are token ids and its input gradients go nowhere; the last stage's outputs and their
+        loss gradients stay on the client (no relay through its BS)."""
+        pool, me, n, last = self.pools[k], self.w.names[i], task.end - task.start, len(self.w.stages) - 1
         fs = [(s, me, a, b) for s, a, b in pool.frontal_of(task.start, task.end)]
-        bs = [(s, me, a, b) for s, a, b in pool.backward_of(task.start, task.end)]
-        fetch = {"forward": fs, "backward": bs, "recompute": fs + bs}[task.kind]
-        send = [(me, s, a, b) for _, s, a, b in (bs if task.kind == "forward" else fs)]
+        bs = [(s, me, a, b) for s, a, b in pool.backward_of(task.start, task.end)] if k < last else []
+        fetch_fs = self.part_hops(fs, self.w.fetch_bytes(k)) if task.kind != "backward" else 0.0
+        fetch_bs = self.part_hops(bs) if task.kind != "forward" else 0.0
+        send = [(me, s, a, b) for _, s, a, b in (bs if task.kind == "forward" else fs if k > 0 else [])]
         compute = n * (self.w.fwd[i, k] * (task.kind != "backward") + self.w.bwd[i, k] * (task.kind != "forward"))
         pushed = self.entered[k, task.microbatch, task.kind] if task.kind != "recompute" else t
-        end = max(t, pushed + self.part_hops(fetch)) + compute
+        end = max(t, pushed + max(fetch_fs, fetch_bs)) + compute
         return end, end + self.part_hops(send)
 
     def wake(self, k: int, t: float) -> None:

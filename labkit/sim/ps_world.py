@@ -5,7 +5,11 @@ clustering `Plan` on a `NetworkScenario` (its devices, per-pair delay and bandwi
 Every device of a plan stage computes: clients and, as Eq. 1's second line has it, the stage's
 servers. A pass of a slice costs its tokens x the stage's layers x the block's FLOPs per token
 (one third forward, two thirds backward) over the device's FLOP/s, the planner's own units; a
-transfer from i to j costs delay + bytes / bandwidth (nothing from a device to itself).
+transfer from i to j costs delay + bytes / bandwidth (nothing from a device to itself). Activations
+cross only the boundaries between stages (the paper's §3.2: the FS "receive forward activations
+from their predecessors", the BS "pass the activations to the next stage"): stage 0 has no
+predecessor and takes the batch's token ids; the last stage has no successor and turns the loss
+around where its forward ran, as a SWARM peer does.
 """
 
 from __future__ import annotations
@@ -43,21 +47,28 @@ class PsWorld:
     microbatches: int
     slack: float = 3.0  # a task is given up on after grace + slack x its expected seconds
     grace: float = 1.0
+    input_bytes_per_token: float = 8.0  # stage 0's input: one int64 token id per token
 
     @property
     def bwd(self) -> np.ndarray:
         return 2.0 * self.fwd
 
-    def hop(self, i: int, j: int, tokens: int) -> float:
-        """Seconds to move `tokens` tokens' activations (or gradients) from device i to device j."""
-        return 0.0 if i == j else float(self.delay[i, j] + tokens * self.bytes_per_token / self.bandwidth[i, j])
+    def hop(self, i: int, j: int, tokens: int, per_token: float | None = None) -> float:
+        """Seconds to move `tokens` tokens' activations (or gradients, or `per_token` bytes each) from i to j."""
+        size = self.bytes_per_token if per_token is None else per_token
+        return 0.0 if i == j else float(self.delay[i, j] + tokens * size / self.bandwidth[i, j])
+
+    def fetch_bytes(self, k: int) -> float:
+        """Bytes per token a client of stage k fetches for a forward: token ids at stage 0, else activations."""
+        return self.input_bytes_per_token if k == 0 else self.bytes_per_token
 
     def speed(self, i: int, k: int) -> float:
         """Tokens per second device i turns around at stage k: fetch from the slowest frontal server,
-        forward, send to the slowest backward server (what the servers measure of a client)."""
+        forward, send to the slowest backward server (none at the last stage; what the servers measure)."""
         st = self.stages[k]
-        wire = sum(max((self.bytes_per_token / self.bandwidth[s, t] for s, t in pairs if s != t), default=0.0)
-                   for pairs in ([(f, i) for f in st.frontal], [(i, b) for b in st.backward]))
+        sends = [(i, b) for b in st.backward] if k < len(self.stages) - 1 else []
+        wire = sum(max((size / self.bandwidth[s, t] for s, t in pairs if s != t), default=0.0)
+                   for size, pairs in ((self.fetch_bytes(k), [(f, i) for f in st.frontal]), (self.bytes_per_token, sends)))
         return 1.0 / (self.fwd[i, k] + wire)
 
 

@@ -38,6 +38,26 @@ def test_one_microbatch_through_two_stages_takes_the_hand_computed_time() -> Non
     assert swarm_batch(world).seconds == pytest.approx(6 * f + 2 * h)
 
 
+def test_one_stage_relays_only_token_ids_and_turns_the_loss_around_on_the_client() -> None:
+    """One stage (it is stage 0 and the last): a client 50 ms from its server fetches its half of the
+    microbatch's token ids once, then runs forward, loss and backward with no relay through the BS."""
+    work = Workload(d_model=64, n_layer=1, seq_len=8, batch=1, microbatch=1)
+    network = _network([True, False], delay=0.05, bandwidth=1e18)  # latency only
+    world = ps_world(network, _plan([["d0", "d1"]]), work)
+    f = 4 * work.layer_flops_per_token() / 3.0 / 1e12  # forward of each device's 4 tokens
+    assert taskpool_batch(world).seconds == pytest.approx(0.05 + 3 * f)  # was 4 hops: 0.2 + 3f
+
+
+def test_swarm_sends_stage_zero_token_ids_not_activations() -> None:
+    """The data source (the slow server) hands the microbatch to the fast peer as 8-byte token ids."""
+    work = Workload(d_model=4096, n_layer=1, seq_len=1024, batch=1, microbatch=1)
+    devices = (Device(name="d0", flops=1e6), Device(name="d1", flops=1e12))
+    network = NetworkScenario(name="toy", devices=devices, delay=np.full((2, 2), 0.01), bandwidth=np.full((2, 2), 1e8))
+    world = ps_world(network, _plan([["d0", "d1"]]), work)
+    f = 1024 * work.layer_flops_per_token() / 3.0 / 1e12
+    assert swarm_batch(world).seconds == pytest.approx(0.01 + 1024 * 8 / 1e8 + 3 * f)  # fp16 activations: +84 ms
+
+
 def _churny_world():
     work = Workload(d_model=64, n_layer=2, seq_len=16, batch=64, microbatch=4)
     network = _network([True, False, False, True, False, False], delay=1e-4, bandwidth=1e10, flops=1e8)
