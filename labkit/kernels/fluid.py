@@ -5,7 +5,8 @@ so throughput is a closed form: IWRR's fixed point gives every peer work in prop
 speed, each stage serves sum(1/service) microbatches/s and the pipeline runs at the slowest
 stage, capped by the trainers' window over the round trip (Little's law) and slowed by the
 all-reduce at every global batch. Joins and moves use `rebalance_join` / `rebalance_move`,
-fed with M/G/1 queue estimates, so the decisions are the policy's own. Twin: `fluid_run.py_func`.
+fed with M/G/1 queue estimates (exact means, or the runtime's published counts drawn around them,
+`labkit.kernels.measured_load`), so the decisions are the policy's own. Twin: `fluid_run.py_func`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from labkit.kernels.measured_load import measured_queues
 from labkit.kernels.rebalance import rebalance_join, rebalance_move
 
 JOINED, KILLED, MOVED, READY = 0, 1, 2, 3
@@ -155,14 +157,16 @@ def fluid_run(stage: np.ndarray, service: np.ndarray, hop: np.ndarray, ev_t: np.
               ev_u: np.ndarray, ev_v: np.ndarray, num_stages: int, window: int, group: int, ar_time: np.ndarray,
               ar_rtt: float, cv: float, period: float, directed: bool, move_seconds: np.ndarray, duration: float,
               bin_seconds: float, log_t: np.ndarray, log_peer: np.ndarray, log_stage: np.ndarray,
-              log_code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+              log_code: np.ndarray, announce: float,
+              draws: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """Run the fluid model from t = 0 to `duration`; returns (work, optimal, busy, peer_sec, n_log).
 
     stage[i]: initial stage of peer slot i, -1 for slots that join later (in slot order);
     service[i, s]: seconds per microbatch of peer i at stage s; ev_*: unit trace events (+1 join,
     -1 leave) with uniform draws u (stage) and v (peer); period: rebalancing T (0 = never);
     directed: joiners take `rebalance_join`'s stage, else a uniform one drawn with u;
-    move_seconds[s]: download time to serve stage s.
+    move_seconds[s]: download time to serve stage s. draws: empty = Algorithm 2 reads the exact
+    mean queues; else uniforms for `measured_queues` (records up to 2 x `announce` seconds old).
     work/optimal: microbatches done / possible per bin; busy[b, s] / peer_sec[b, s]: busy /
     serving peer-seconds of stage s in bin b.
     """
@@ -183,8 +187,13 @@ def fluid_run(stage: np.ndarray, service: np.ndarray, hop: np.ndarray, ev_t: np.
     x, x_opt = 0.0, 0.0
     cap = np.zeros(num_stages)
     n_ready = np.zeros(num_stages)
+    measured = draws.shape[0] > 0
+    q_now, q_before, t_change, n_draw = np.zeros(stage.shape[0]), np.zeros(stage.shape[0]), 0.0, 0
     while t < duration:
         if dirty:  # membership changed: recompute throughput and the optimum of the live peers
+            if measured:  # the means the published counts scatter around, before and since the change
+                q_before, t_change = q_now, t
+                q_now = fluid_queues(stage, ready, service, num_stages, window, hop, cv)
             x, cap = pipeline_rate(stage, ready, service, num_stages, window, hop, cv, group, ar_time, ar_rtt)
             x_opt = optimum_rate(stage, service, num_stages, window, hop, cv, group, ar_time, ar_rtt)
             n_ready = np.zeros(num_stages)
@@ -227,8 +236,12 @@ def fluid_run(stage: np.ndarray, service: np.ndarray, hop: np.ndarray, ev_t: np.
                 i = next_slot
                 next_slot += 1
                 if directed:
-                    q = fluid_queues(stage, ready, service, num_stages, window, hop, cv)
-                    stage[i] = rebalance_join(np.where(ready, stage, -1), q, num_stages)
+                    serving = np.where(ready, stage, -1)
+                    if measured:
+                        q, n_draw = measured_queues(serving, q_now, q_before, t - t_change, announce, draws, n_draw)
+                    else:
+                        q = fluid_queues(stage, ready, service, num_stages, window, hop, cv)
+                    stage[i] = rebalance_join(serving, q, num_stages)
                 else:
                     stage[i] = min(int(ev_u[k] * num_stages), num_stages - 1)
                 ready[i] = False
@@ -237,8 +250,11 @@ def fluid_run(stage: np.ndarray, service: np.ndarray, hop: np.ndarray, ev_t: np.
             dirty = True
             k += 1
         if next_tick <= t:  # Algorithm 2 on the published queues of the peers that serve now
-            q = fluid_queues(stage, ready, service, num_stages, window, hop, cv)
             serving = np.where(ready, stage, -1)
+            if measured:
+                q, n_draw = measured_queues(serving, q_now, q_before, t - t_change, announce, draws, n_draw)
+            else:
+                q = fluid_queues(stage, ready, service, num_stages, window, hop, cv)
             i, source, target = rebalance_move(serving, q, np.arange(stage.shape[0]), num_stages)
             if i >= 0:
                 stage[i] = target

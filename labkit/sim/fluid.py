@@ -13,6 +13,14 @@ from labkit.sim.scenario import SimScenario
 from labkit.sim.world import World, build_world
 
 _STATES = {JOINED: "joined", KILLED: "killed", MOVED: "moved", READY: "alive"}
+LOAD_DRAWS = 1 << 20  # uniforms the measured load estimate cycles through (2 per peer and round)
+
+
+def load_draws(s: SimScenario) -> np.ndarray:
+    """The uniforms of `s`'s measured load estimate (seeded by the scenario), none for exact loads."""
+    if s.load_estimate == "exact":
+        return np.zeros(0)
+    return np.random.default_rng([s.seed, 2]).random(LOAD_DRAWS)
 
 
 def run_fluid(s: SimScenario, world: World | None = None, *, with_events: bool = True) -> SimResult:
@@ -26,7 +34,8 @@ def run_fluid(s: SimScenario, world: World | None = None, *, with_events: bool =
     work, optimal, busy, peer_sec, n_log = fluid_run(
         w.stage0.copy(), service, w.hop_seconds, w.ev_t, w.ev_delta, w.ev_u, w.ev_v, s.stages,
         s.trainers * s.window, w.group, w.ar_time, w.ar_rtt, s.service_cv, s.rebalance_period or 0.0, s.joins_by_policy,
-        w.move_seconds, s.duration, s.bin_seconds, log_t, log_peer, log_stage, log_code)
+        w.move_seconds, s.duration, s.bin_seconds, log_t, log_peer, log_stage, log_code, s.announce_period,
+        load_draws(s))
     out: list[events.Event] = []
     if with_events:
         out.append(events.run(0.0, state="started", reason=f"fluid simulation of {s.name}"))

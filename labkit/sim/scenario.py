@@ -119,6 +119,9 @@ class SimScenario:
     rebalance_period: float | None = None  # Algorithm 2 period T in seconds; None = no rebalancing
     move_seconds: float | None = None  # downtime of a moving peer; None = stage state / bandwidth
     directed_joins: bool = True  # with rebalancing, newcomers join the stage Algorithm 2 picks; else uniform
+    load_estimate: str = "exact"  # fluid mode: Algorithm 2 reads the mean queues ("exact") or counts as the runtime
+    # publishes them ("measured": one instantaneous draw per peer, records up to 2 announce periods old)
+    announce_period: float = 1.0  # seconds between a peer's load records (labkit.backends.dask.dht.ANNOUNCE_PERIOD)
     host_cores: int | None = None  # events mode: every peer shares one host of this many cores, a computation waiting
     # for a free one (labkit's runtime on one machine without virtual devices); None = a device each
     routers: str = "shared"  # events mode: one IWRR router all trainers share, or one per "trainer" (the runtime's)
@@ -183,6 +186,10 @@ class SimScenario:
             _check(value is None or (_num(value) and low <= value <= MAX_SECONDS), o, name, value,
                    "None or a finite number of seconds " + (">= 0" if low == 0 else "> 0") + f", at most {MAX_SECONDS:g}")
         _check(isinstance(self.directed_joins, bool), o, "directed_joins", self.directed_joins, "True or False")
+        _check(self.load_estimate in ("exact", "measured"), o, "load_estimate", self.load_estimate,
+               "'exact' or 'measured'")
+        _check(_num(self.announce_period) and 0 <= self.announce_period <= MAX_SECONDS, o, "announce_period",
+               self.announce_period, f"a number of seconds from 0 to {MAX_SECONDS:g}")
         _check(_int(self.stream_chunks) and 1 <= self.stream_chunks <= 1_000_000, o, "stream_chunks",
                self.stream_chunks, "an integer from 1 (no overlap) to 1,000,000")
         for name in ("duration", "bin_seconds"):

@@ -19,7 +19,8 @@ def _scenario() -> SimScenario:
                        global_batch=16, bin_seconds=60.0)
 
 
-def test_fluid_kernel_matches_plain_python():
+@pytest.mark.parametrize("draws", [np.zeros(0), np.random.default_rng(0).random(257)])
+def test_fluid_kernel_matches_plain_python(draws: np.ndarray):
     s = _scenario()
     w = build_world(s)
     outs = []
@@ -27,7 +28,7 @@ def test_fluid_kernel_matches_plain_python():
         logs = (np.zeros(64), np.zeros(64, np.int64), np.zeros(64, np.int64), np.zeros(64, np.int64))
         result = fn(w.stage0.copy(), w.fwd + w.bwd, w.hop_seconds, w.ev_t, w.ev_delta, w.ev_u, w.ev_v, s.stages,
                     s.trainers * s.window, w.group, w.ar_time, w.ar_rtt, s.service_cv, 60.0, True, w.move_seconds,
-                    s.duration, s.bin_seconds, *logs)
+                    s.duration, s.bin_seconds, *logs, 1.0, draws)
         outs.append((result, logs))
     (a, la), (b, lb) = outs
     for x, y in zip(a, b):
