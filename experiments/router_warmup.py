@@ -22,7 +22,7 @@ from typing import Any
 
 import labkit
 from experiments._runs import parse_with_out, print_table
-from experiments.sim_vs_real import compare, links_config, world
+from experiments.sim_vs_real import base_config, compare, links_config, world
 from labkit.sim import SimScenario
 
 QUARTERS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
@@ -72,7 +72,7 @@ def main() -> None:
         emas = ema_at_quarters(events)
         name, fields, codec = world(2, 2, False, True)
         with tempfile.TemporaryDirectory() as folder:
-            both = compare(name, fields | {"debias_ema": debias}, codec, "inprocess", 5, Path(folder))
+            both = compare(name, fields | {"debias_ema": debias}, base_config(5, codec), "inprocess", Path(folder))
         world_far = {side: sum(v for p, v in both[f"{side}_share"].items() if p.endswith("p1")) / 2 for side in ("real", "sim")}
         results[key] = {"far_share_quarters": quarters, "far_share": whole, "seconds": span, "t0_ema": emas,
                         "world_far_share": world_far}

@@ -71,12 +71,22 @@ def worlds() -> list[tuple[str, dict[str, Any], str]]:
             world(2, 2, True, True, "int8", churn=True)]
 
 
-def compare(name: str, fields: dict[str, Any], codec: str, backend: str, steps: int, folder: Path) -> dict[str, Any]:
-    """One world both ways."""
+def base_config(steps: int, codec: str = "fp32") -> RunConfig:
+    """What a world's run takes from outside the world: its steps and codec, no evaluation."""
+    return RunConfig(steps=steps, eval_every=0, eval_batches=1, compression=CompressionConfig(codec=codec))
+
+
+def moves(events: list[dict[str, Any]]) -> int:
+    """How many peers a run's Algorithm 2 moved."""
+    return sum(e["type"] == "peer" and e["state"] == "moved" for e in events)
+
+
+def compare(name: str, fields: dict[str, Any], base: RunConfig, backend: str, folder: Path) -> dict[str, Any]:
+    """One world both ways: `base` (`base_config`, or more) run in the world `fields` describe, and
+    the simulator's prediction of it."""
     path = folder / f"world{abs(hash(name))}.json"
     path.write_text(json.dumps(fields))
-    cfg = world_config(str(path), RunConfig(steps=steps, eval_every=0, eval_batches=1,
-                                            compression=CompressionConfig(codec=codec)))
+    cfg = world_config(str(path), base)
     run = labkit.launch(cfg, backend=backend)
     summary = run.wait()
     if summary["status"] != "finished":
@@ -94,7 +104,9 @@ def compare(name: str, fields: dict[str, Any], codec: str, backend: str, steps: 
     return {"name": name, "backend": backend, "peers": sum(cfg.peers_per_stage), "real": real["rate"], "sim": sim["rate"],
             "gap": sim["rate"] / real["rate"] - 1, "share_gap_pts": 100 * share_gap, "boundary_s": boundary,
             "overruns": summary["device_overruns"], "requests": summary["device_requests"],
-            "real_share": real["share"], "sim_share": sim["share"]}
+            "real_share": real["share"], "sim_share": sim["share"],
+            "pipeline_bytes": summary["pipeline_bytes"], "dp_bytes": summary["dp_bytes"],
+            "real_moves": moves(events), "sim_moves": moves(sim_events)}
 
 
 def links_config(s: SimScenario, path: str, steps: int, debias: bool) -> RunConfig:
@@ -140,7 +152,7 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory() as folder:
         for name, fields, codec in tqdm(grid, desc="worlds", unit="world"):
-            results.append(compare(name, fields, codec, args.backend, args.steps, Path(folder)))
+            results.append(compare(name, fields, base_config(args.steps, codec), args.backend, Path(folder)))
             r = results[-1]
             tqdm.write(f"{name}: real {r['real']:.2f} sim {r['sim']:.2f} mb/s ({r['gap']:+.1%}), "
                        f"share gap {r['share_gap_pts']:.1f} pts, boundary {r['boundary_s']:.2f} s, overruns {r['overruns']}")
