@@ -18,13 +18,21 @@ Spec = dict[str, Any]
 WIDTH = 300  # two charts side by side fit JupyterLab's notebook at 1280 px
 
 
-def _marks(dataset: str = "marks") -> alt.LayerChart:
-    """Rules at the times of `dataset`'s rows, labelled with what happened."""
+LABEL_SLOTS = 3  # marks' labels take turns at this many heights down the plot, so close ones do not overlap
+
+
+def _marks(dataset: str = "marks", height: int = 160) -> alt.LayerChart:
+    """Rules at the times of `dataset`'s rows, labelled with what happened: the n-th label (by
+    time) starts n mod LABEL_SLOTS thirds down the plot (a kill and a split a second apart once
+    printed over each other at its top); the rule's tooltip says it too."""
     base = alt.Chart(alt.Data(name=dataset)).encode(x=alt.X("t:Q", title="seconds"))
-    rule = base.mark_rule(color="#888", strokeDash=[4, 3])
+    rule = base.mark_rule(color="#888", strokeDash=[4, 3]).encode(tooltip=["what:N", "t:Q"])
+    slot = height // LABEL_SLOTS
     # labels inside the plot, so they never change its size (live views resize only on a re-embed)
-    text = base.mark_text(angle=90, align="left", baseline="bottom", dx=2, dy=-2, fontSize=9, color="#555",
-                          ).encode(text="what:N", y=alt.value(0))
+    text = base.transform_window(n="row_number()", sort=[alt.SortField("t")]).transform_calculate(
+        y=f"((datum.n - 1) % {LABEL_SLOTS}) * {slot}").mark_text(
+        angle=90, align="left", baseline="bottom", dx=2, dy=2, fontSize=9, color="#555", limit=slot - 4,
+    ).encode(text="what:N", y=alt.Y("y:Q", scale=None, axis=None))
     return rule + text
 
 
@@ -96,7 +104,7 @@ def traffic_chart() -> alt.Chart:
     """Megabytes on the wire per stage, pipeline vs data-parallel, split by the codec in force."""
     return alt.Chart(alt.Data(name="traffic")).mark_bar().encode(
         x=alt.X("sum(megabytes):Q", title="MB sent and received"), y=alt.Y("kind:N", title=None),
-        color=alt.Color("codec:N"), row=alt.Row("stage:N", title="stage"),
+        color=alt.Color("codec:N", legend=alt.Legend(orient="bottom")), row=alt.Row("stage:N", title="stage"),
         tooltip=["stage:N", "kind:N", "codec:N", "megabytes:Q"],
     ).properties(title="Bytes on the wire", width=WIDTH, height=40)
 

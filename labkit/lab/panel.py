@@ -21,6 +21,7 @@ import ipywidgets
 from labkit.config import RunConfig
 from labkit.lab.controls import RunControls
 from labkit.lab.form import LaunchForm
+from labkit.lab.healthtable import HealthTable
 from labkit.lab.live import LiveView
 from labkit.lab.rows import Rows, Windows
 from labkit.lab.whatif_panel import WhatIfPanel
@@ -43,6 +44,7 @@ class Lab:
         self.run: RunHandle | None = None
         self.view: LiveView | None = None
         self.controls: RunControls | None = None
+        self.health: HealthTable | None = None
         self.whatif: WhatIfPanel | None = None
         self.launching: Any = None  # the future of the launch the form started (None: none yet)
         self._hz, self._windows = hz, windows
@@ -78,10 +80,12 @@ class Lab:
         up the live swarm's measured peers, so only an executor whose spec says it applies gets it."""
         self.run = run
         self.controls = RunControls(run)
+        self.health = health = HealthTable()
         state_clock = _Every(STATE_PERIOD)
 
         def tick(rows: Rows) -> None:
             try:
+                health.update(rows.health)  # from the events alone: shown even when the state is unavailable
                 if state_clock.due() or run.done:
                     self.controls.refresh(run.state(), rows.totals())
                 self.status.value = _status_line(run)
@@ -89,7 +93,8 @@ class Lab:
                 self.status.value = html.escape(f"state unavailable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
 
         self.view = LiveView(run, hz=self._hz, windows=self._windows, on_tick=[tick])  # first: it turns on the offline charts
-        parts = [self.controls.widget, self.view.widget()]
+        # whole-model workers (ATOM) send no hops: no peer health to show
+        parts = [self.controls.widget, *([health.widget] if run.config.spec.staged else []), self.view.widget()]
         if run.config.spec.whatif:
             self.whatif = WhatIfPanel(run)
             parts.append(self.whatif.widget())

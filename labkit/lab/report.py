@@ -16,6 +16,7 @@ import vl_convert
 
 from labkit.jsonfile import read_json
 from labkit.lab.charts import CHARTS, Spec, with_data
+from labkit.lab.peertable import human_bytes
 from labkit.lab.rows import rows_of_run
 from labkit.runtime.files import SIM_SERIES
 
@@ -84,6 +85,15 @@ def readable(value: Any) -> str:
     return str(value)
 
 
+def cell(key: str, value: Any) -> str:
+    """A table cell: `readable(value)`, and a byte count (a key naming bytes) as 32.4 MB rather than 32,354,304."""
+    numbers = value if isinstance(value, list) else [value]
+    if "bytes" in key.split("_") and numbers and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                     for v in numbers):
+        return ", ".join(human_bytes(v) for v in numbers)
+    return readable(value)
+
+
 def headline(summary: dict[str, Any] | None) -> str:
     """The run in one line: "finished: validation loss 5.54 → 2.03, 40,900 tokens/s, 40 steps"."""
     if not summary:
@@ -103,7 +113,7 @@ def headline(summary: dict[str, Any] | None) -> str:
 def _table(title: str, values: dict[str, Any] | None) -> str:
     if not values:
         return ""
-    cells = "\n".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(readable(v))}</td></tr>"
+    cells = "\n".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(cell(str(k), v))}</td></tr>"
                       for k, v in values.items() if k != "stages")
     return f"<h2>{html.escape(title)}</h2>\n<table>\n{cells}\n</table>"
 

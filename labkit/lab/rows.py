@@ -18,6 +18,7 @@ from typing import Any
 from labkit.config import RunConfig
 from labkit.executors.registry import DEFAULT, SPECS
 from labkit.events import Event
+from labkit.lab.health import GONE, Health
 from labkit.lab.poolrows import PoolRows
 from labkit.lab.rundir import event_error, read_run
 
@@ -27,7 +28,7 @@ DATASETS = ("routing", "loads", "timeline", "throughput", "loss", "traffic", "ma
 MARKED_PEER_STATES = {"killed": "kill", "moved": "move", "banned": "ban"}
 # the datasets an event of each type may change (time moving on changes the windowed ones)
 TOUCHES = {"hop": ("routing", "timeline", "traffic"), "step": ("throughput", "loss"), "eval": ("loss",),
-           "load": ("loads",), "peer": ("loads", "marks", "recent_marks", "pool"),
+           "load": ("loads",), "peer": ("loads", "marks", "recent_marks", "pool", "router"),
            "setting": ("marks", "recent_marks", "pool"),
            "sync": ("traffic",), "run": ("marks", "recent_marks"), "swap": ("swaps",),
            "router": ("router",)}
@@ -56,17 +57,14 @@ class Rows:
         self.tokens_per_microbatch = tokens_per_microbatch  # for peers' tokens/s (0: unknown)
         self.microbatch = microbatch  # samples per microbatch: a task-pool hop counts its slice's share of one
         self.versions = dict.fromkeys(DATASETS, 0)  # per dataset: a chart redraws only what moved
-        self.now = 0.0  # the latest event time
-        self.codec = codec
+        self.now, self.codec = 0.0, codec  # the latest event time, the codec in force
         self.started = False  # peers joining before the run starts are its first, not marked joins
         self._hops: deque[tuple[float, int, int, str, str]] = deque()  # forward hops in the routing window, samples
         self._routes: dict[tuple[int, str, str], int] = {}  # samples by (stage, trainer, peer) in the window
         self._timeline: deque[Row] = deque()
         cap = windows.history_rows
-        self._loads: deque[Row] = deque(maxlen=cap)
-        self._throughput: deque[Row] = deque(maxlen=cap)
-        self._loss: deque[Row] = deque(maxlen=cap)
-        self._marks: deque[Row] = deque(maxlen=cap)
+        histories: list[deque[Row]] = [deque(maxlen=cap) for _ in range(4)]
+        self._loads, self._throughput, self._loss, self._marks = histories
         self._router: deque[Row] = deque(maxlen=10 * cap)  # a row per (trainer, peer) of each router event
         self._traffic: dict[tuple[int, str, str], int] = {}
         self._last_step: tuple[float, int] | None = None
@@ -75,14 +73,17 @@ class Rows:
         self._iteration: dict[str, int] = {}  # per replica: the iteration its latest turn belongs to
         self._loaded: dict[tuple[str, int], float] = {}  # (replica, sub-model): when its device copy started loading
         self.pool = PoolRows(servers, windows.history_rows)  # a task-pool run's servers, clients and pool
+        self.health = Health(windows.routing_s)  # per-peer health and the moves' costs (the panel's health table)
 
     @classmethod
     def for_config(cls, cfg: RunConfig, windows: Windows = Windows()) -> Rows:
         """Rows of a run of `cfg`: its starting codec, tokens per microbatch, its executor's charts, and
         (for an executor drawing the pool chart) each stage's servers as its config counts them."""
         servers = (lambda stage: sum(cfg.executor.servers(stage))) if "pool" in cfg.spec.charts else None
-        return cls(cfg.compression.codec, cfg.microbatch * cfg.model.seq_len, windows, cfg.spec.charts, cfg.microbatch,
+        rows = cls(cfg.compression.codec, cfg.microbatch * cfg.model.seq_len, windows, cfg.spec.charts, cfg.microbatch,
                    servers)
+        rows.health = Health(windows.routing_s, cfg.model, cfg.layer_split, cfg.optimizer)
+        return rows
 
     def extend(self, events: Iterable[Event]) -> Rows:
         for e in events:
@@ -92,6 +93,7 @@ class Rows:
     def add(self, e: Event) -> None:
         """Fold one event."""
         kind = e["type"]
+        self.health.add(e)
         fold = _FOLDS.get(kind)
         if fold is None:
             return
@@ -137,8 +139,7 @@ class Rows:
 
     def _peer_event(self, e: Event) -> None:
         p = self._peer(e["peer"], e["stage"], e["t"])
-        p["state"] = e["state"]
-        p["stage"] = e["stage"]
+        p["state"], p["stage"] = e["state"], e["stage"]
         self._loads.append({"t": e["t"], "peer": e["peer"], "stage": e["stage"], "queue": e["queue"]})
         if "pool" in self.charts:
             self.pool.peer(e)
@@ -249,7 +250,8 @@ class Rows:
         if name not in DATASETS:
             raise KeyError(f"no dataset {name!r}: one of {list(DATASETS)}")
         return {"routing": self.routing, "traffic": self.traffic, "recent_marks": self.recent_marks,
-                "swaps": self.swaps, "pool": self.pool.rows}.get(
+                "swaps": self.swaps, "pool": self.pool.rows, "loads": lambda: self.live(self._loads),
+                "router": lambda: self.live(self._router)}.get(
             name, lambda: list(getattr(self, f"_{name}")))()
 
     def datasets(self) -> dict[str, list[Row]]:
@@ -261,6 +263,10 @@ class Rows:
         within the timeline's window, one row per turn (the swap event plus `iteration` and
         `resident_from`)."""
         return [row for turns in self._swaps.values() for row in turns]
+
+    def live(self, rows: Iterable[Row]) -> list[Row]:
+        """The rows of peers still in the run: a killed or moved peer leaves the loads and router charts' legends."""
+        return [r for r in rows if self.peers.get(r["peer"], {}).get("state") not in GONE]
 
     def recent_marks(self) -> list[Row]:
         """The marks within the timeline's window (so old ones do not stretch its axis)."""

@@ -24,6 +24,7 @@ import numpy as np
 
 from labkit.config import ConfigError, RunConfig
 from labkit.events import Event
+from labkit.lab.health import GONE
 from labkit.sim import ChurnModel, PeerGroup, SimScenario
 from labkit.sim.fluid import run_fluid
 from labkit.sim.summary import percent_of_optimal, throughput_series
@@ -32,7 +33,6 @@ from labkit.sim.world import World, build_world
 
 SAMPLE_HOPS = 256  # sliding window: the last hops of each peer and direction that count
 QUANTILE = 0.1  # of those round trips, the one taken as the service time (see measured_speeds)
-GONE = ("killed", "moved", "banned", "left")  # peer states after which a name never serves again
 CODEC_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "int8": 1.0}  # bytes per activation value on the wire
 SIM_WIRE_BYTES = 2.0  # bytes per value the simulator's cost model assumes before `compression`
 DEFAULT_PERIOD = 300.0  # rebalancing period (s) when the run has rebalancing off: the paper's T
@@ -44,6 +44,7 @@ MAX_CHURN_PER_HOUR = 10_000.0
 MAX_DURATION_S = 7 * 86_400.0
 MAX_WINDOW = 1024
 BINS = 120  # points of the throughput series
+PLACEHOLDER = "press Simulate to scale the live swarm up"  # the chart before the first what-if
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,14 +240,19 @@ def live_error(events: list[Event], config: RunConfig) -> tuple[float, float] | 
     return result.mean_tokens_per_s("with rebalancing" if config.rebalance_period else "without rebalancing"), measured
 
 
-def whatif_chart(result: WhatIfResult | None) -> alt.Chart:
+def whatif_chart(result: WhatIfResult | None) -> alt.TopLevelMixin:
     """Simulated tokens/s over time with and without rebalancing, and the optimum of the run with it."""
     rows = result.series if result else []
     title = (f"What-if: {result.peers} peers ({result.scale}x the live run), simulated tokens/s"
              if result else "What-if: simulated tokens/s (press Simulate)")
-    return alt.Chart(alt.Data(values=rows)).mark_line().encode(
+    lines = alt.Chart(alt.Data(values=rows)).mark_line().encode(
         x=alt.X("t:Q", title="simulated seconds"),
         y=alt.Y("tokens_per_s:Q", title="simulated tokens/s"),
         color=alt.Color("run:N", title="simulated run"),
         strokeDash=alt.StrokeDash("run:N", legend=None),
     ).properties(title=title, width=360, height=220)
+    if result:
+        return lines
+    hint = alt.Chart(alt.Data(values=[{"text": PLACEHOLDER}])).mark_text(fontSize=13, color="#666").encode(
+        text="text:N", x=alt.value(180), y=alt.value(110))  # the middle of the empty plot
+    return lines + hint

@@ -33,6 +33,11 @@ def test_the_form_launches_a_run_whose_controls_and_charts_follow_it(small_run: 
     killed = run.wait_for(event={"type": "peer", "peer": "s1p0", "state": "killed"})
     run.wait_for(step=run.state()["step"] + 2)
     wait_until(lambda: "s1p0" not in lab.controls.rows, 30, "the killed peer leaving the table")
+    wait_until(lambda: [r["peer"] for r in lab.view.rows.health.peers()] == ["s0p0", "s0p1", "s1p1"], 30,
+               "the health table's live peers")
+    assert all(r["bytes_per_s"] > 0 and r["deadline_s"] and r["router"] for r in lab.view.rows.health.peers())
+    wait_until(lambda: "s1p1" in lab.health.widget.value and "s1p0" not in lab.health.widget.value, 10,
+               "the health table's widget")
     assert lab.controls.status.value == "killed s1p0"
 
     def routed_after_kill() -> bool:  # the 2 s routing window has slid past the kill

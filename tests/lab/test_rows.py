@@ -59,7 +59,9 @@ def test_loads_marks_traffic_loss_and_throughput_rows() -> None:
     data = rows.datasets()
     assert data["marks"] == [{"t": 10.8, "what": "kill s0p1"}, {"t": 11.0, "what": "join s0p2"},
                              {"t": 11.5, "what": "codec int8"}]  # the first joins (before "started") are not marked
-    assert {"t": 5.0, "peer": "s0p1", "stage": 0, "queue": 3} in data["loads"]
+    # the killed s0p1 leaves the loads chart (and its legend); the live peers stay
+    assert {r["peer"] for r in data["loads"]} == {"s0p0", "s0p2", "s1p0"}
+    assert {"t": 0.0, "peer": "s0p0", "stage": 0, "queue": 0} in data["loads"]
     assert data["traffic"] == [
         {"stage": 0, "kind": "data-parallel", "codec": "fp32", "megabytes": 5.0},
         {"stage": 0, "kind": "pipeline-parallel", "codec": "fp32", "megabytes": 0.03},
@@ -202,8 +204,8 @@ def test_every_chart_renders_the_rows_offline() -> None:
 
 def test_router_views_become_one_row_per_trainer_and_peer() -> None:
     rows = Rows().extend(known_run()).dataset("router")
-    assert [(r["t"], r["peer"], round(r["ema"], 9)) for r in rows] == [
-        (2.0, "s0p0", 0.15), (2.0, "s0p1", 0.25), (4.0, "s0p0", 0.125), (4.0, "s0p1", 0.225)]
+    # s0p1, killed at 10.8, leaves the chart and its legend
+    assert [(r["t"], r["peer"], round(r["ema"], 9)) for r in rows] == [(2.0, "s0p0", 0.15), (4.0, "s0p0", 0.125)]
     assert {r["trainer"] for r in rows} == {"t0"}
 
 
