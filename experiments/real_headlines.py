@@ -81,7 +81,8 @@ def swarm_table1(steps: int, folder: Path) -> Headline:
     return Headline("SWARM Table 1", "utilisation at 200 ms / at 0 ms: base, xxlarge",
                     (ratio("real", "base"), ratio("real", "xxlarge")), (ratio("sim", "base"), ratio("sim", "xxlarge")),
                     (1.53 / 18.0, 10.1 / 32.1),
-                    f"2 stages of 6 (base) / 24 (xxlarge) layers, not 12 of one; {overruns} device overruns")
+                    f"2 stages of 6 layers, not 12 of one (6x the compute a hop); {overruns} device overruns of "
+                    f"{sum(r['requests'] for r in runs.values())} requests")
 
 
 def swarm_table5(steps: int, folder: Path, repeats: int = 3) -> Headline:
