@@ -20,7 +20,7 @@ from labkit.config_parts import ModelConfig
 from labkit.events import Event
 
 Row = dict[str, Any]
-GONE = ("killed", "moved", "banned", "left")  # peer states after which a name never serves again
+GONE = ("killed", "moved", "banned", "left")  # states that take a peer out of service (banned: until its next event)
 STATE_BYTES_PER_PARAM = {"adamw": 12, "sgd": 8}  # fp32 parameters + Adam's two moments, or SGD's momentum
 MAX_MOVES = 200  # moves kept (newest)
 
