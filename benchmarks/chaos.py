@@ -144,8 +144,11 @@ def baseline(minutes: float) -> float:
 
 def victim(client: Client, rng: random.Random) -> tuple[str, str, str] | None:
     """(worker address, role, name) of a worker to kill: a trainer's, or a peer's whose stage keeps
-    another."""
-    held = client.run(roles)
+    another; None when there is none, or a worker died while asked (the next kill comes later)."""
+    try:
+        held = client.run(roles)
+    except OSError:  # a worker went while the scheduler broadcast to it (distributed's CommClosedError)
+        return None
     live = [r for rs in held.values() for r in rs]
     per_stage = {s: sum(1 for role, _, st in live if role == "peer" and st == s) for _, _, s in live}
     choices = [(w, role, name) for w, rs in held.items() for role, name, stage in rs

@@ -31,7 +31,7 @@ from labkit.config import ModelConfig, RunConfig
 from tests.integration.test_links import check_links, linked_run, two_continents
 from tests.integration.test_world import check_world, small_world, world_run
 from tests.integration.test_faults import check_stop_is_bounded
-from tests.integration.test_verb_inputs import check_verb_inputs
+from tests.integration.test_verb_inputs import check_verb_inputs, check_verbs_at_once
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.model.assembly import initial_states
@@ -328,6 +328,17 @@ def test_bad_verb_arguments_are_refused_as_in_process(cluster, small_run: RunCon
     split once ended a Dask run: its ConfigError could not be unpickled on the driver)."""
     run = labkit.launch(small_run.replace(steps=10_000), backend="dask", scheduler=cluster.scheduler_address)
     check_verb_inputs(run, tmp_path)
+
+
+def test_verbs_sent_at_once_are_each_done_or_refused_on_dask(cluster, small_run: RunConfig, tmp_path: Path) -> None:
+    """The in-process test's verbs at once, on actors: done or refused each, the run exact."""
+    run = labkit.launch(small_run.replace(stages=2, peers=2, steps=10_000), backend="dask",
+                        scheduler=cluster.scheduler_address)
+    try:
+        check_verbs_at_once(run, tmp_path)
+    finally:
+        run.stop()
+    assert run.wait(120)["status"] == "stopped"
 
 
 def test_stop_is_bounded_whatever_a_peers_delay_on_dask(cluster, small_run: RunConfig) -> None:

@@ -1,11 +1,13 @@
 """A verb's arguments are checked once, in the handle, before anything leaves the process: the same
 bad input gives the same one-line error on every backend, and a refused verb never harms the run.
-`check_verb_inputs` is shared with the Dask test (tests/cluster/test_dask_faults.py)."""
+`check_verb_inputs` and `check_verbs_at_once` are shared with the Dask tests (tests/cluster/test_dask_backend.py)."""
 
 from __future__ import annotations
 
-from concurrent.futures import wait
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,3 +61,52 @@ def check_verb_inputs(run: RunHandle, tmp_path: Path) -> None:
 def test_bad_verb_arguments_are_refused_in_the_handle(small_run: RunConfig, tmp_path: Path) -> None:
     run = labkit.launch(small_run.replace(steps=10_000))
     check_verb_inputs(run, tmp_path)
+
+
+def check_verbs_at_once(run: RunHandle, tmp_path: Path) -> None:
+    """Verbs sent at the same moment from many threads (a panel's clicks and a notebook cell at
+    once), a checkpoint among them while a peer is killed: each call returns or raises one error
+    that says why (never anything else, never a hang), the checkpoint lands whole, and the run
+    steps on with every step summing the global batch at every stage."""
+    run.wait_for(step=1, timeout=240)
+    stage = run.state()["stages"]
+    first, second = (s["peers"][0]["peer"] for s in stage)
+    calls = [("kill_peer", (first,)), ("add_peer", (0,)), ("add_peer", (1,)), ("move_peer", (second, 0)),
+             ("set_layer_split", ([1, 3],)), ("rebalance", ()), ("set_peer_delay", (second, 0.01)),
+             ("set_layer_split", ([3, 1],)), ("kill_peer", (first,)), ("peer_state", (second,))]
+    barrier = threading.Barrier(len(calls) + 1)
+
+    def call(verb: str, args: tuple[Any, ...]) -> str:
+        barrier.wait()
+        try:
+            getattr(run, verb)(*args)
+            return "done"
+        except (ValueError, KeyError, RuntimeError) as exc:  # refused, with its reason
+            assert str(exc), (verb, args)
+            return f"refused: {exc}"
+
+    def checkpoint() -> Path:
+        barrier.wait()
+        return run.checkpoint(tmp_path / "at_once.pt").result(timeout=240)
+
+    with ThreadPoolExecutor(len(calls) + 1) as pool:
+        saved = pool.submit(checkpoint)
+        outcomes = [pool.submit(call, verb, args) for verb, args in calls]
+        results = [f.result(timeout=240) for f in outcomes]
+        path = saved.result(timeout=240)
+    assert sorted(results[k][:4] for k in (0, 8)) == ["done", "refu"], results  # a peer dies once
+    assert load_checkpoint(path, run.config)["step"] >= 1
+    step = run.state()["step"]
+    run.wait_for(step=step + 2, timeout=240)
+    assert run.state()["status"] == "running"
+    steps = run.events.history("step")
+    assert all(s["stage_samples"] == [run.config.global_batch] * run.config.stages for s in steps), steps
+
+
+def test_verbs_sent_at_once_are_each_done_or_refused_and_the_run_stays_exact(small_run: RunConfig,
+                                                                            tmp_path: Path) -> None:
+    run = labkit.launch(small_run.replace(stages=2, peers=2, steps=10_000))
+    try:
+        check_verbs_at_once(run, tmp_path)
+    finally:
+        run.stop()

@@ -31,3 +31,4 @@ def test_trainers_take_free_cpu_workers_then_share_the_fallback() -> None:
     taken = {"tcp://a:1", "tcp://b:1"}  # coordinator and one peer
     assert trainer_workers(WORKERS, taken, 3) == ["tcp://c:1", "tcp://d:1", "tcp://c:1"]
     assert trainer_workers(WORKERS, set(WORKERS), 3) == ["tcp://a:1", "tcp://c:1", "tcp://b:1"]
+    assert trainer_workers({}, set(), 1) == [], "no worker at all (all restarting): none to give, no error"

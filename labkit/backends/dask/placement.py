@@ -34,7 +34,8 @@ def peer_worker(workers: Workers, taken: Collection[str], initial: Collection[st
 
 def trainer_workers(workers: Workers, taken: Collection[str], count: int) -> list[str]:
     """`count` workers for trainers: free CPU workers first, then free GPU workers; with too few,
-    the rest share them in turn (with none free, they share the CPU workers, then any)."""
+    the rest share them in turn (with none free, they share the CPU workers, then any); [] when
+    the cluster has no worker at all (every one killed and not yet restarted by its nanny)."""
     free = sorted((w for w in workers if w not in taken), key=lambda w: (has_gpu(workers[w]), w))
     pool = free or sorted(workers, key=lambda w: (has_gpu(workers[w]), w))
-    return [pool[i % len(pool)] for i in range(count)]
+    return [pool[i % len(pool)] for i in range(count)] if pool else []

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from labkit.runtime.coordinator import Coordinator
 
 
+WORKER_WAIT = 60.0  # seconds a lost trainer waits for a worker to restart on (nannies take a few)
 JOIN_TRIES = 3  # a worker that joined mid-run but failed this often to start a peer is left alone
 
 
@@ -181,12 +182,30 @@ class DaskPeers:
         trainer = next((t for t in c.trainers if t.name == handle.name), None)
         if trainer is not None:
             c.trainer_lost(trainer.life_name, reason)
-            trainer.worker, = self.fleet.trainer_workers(1)  # a free worker, or one it shares
+            if (worker := self._trainer_worker()) is None:
+                if not c.stopped.is_set():
+                    c.fail(RuntimeError(f"trainer {trainer.name} lost its worker ({reason}) and no Dask worker "
+                                        f"was there to restart it on within {WORKER_WAIT:.0f} s"))
+                return
+            trainer.worker = worker
             trainer.start()
             return
         peer = c.members.peers.get(handle.name)
         if isinstance(peer, RemotePeer) and peer.worker == handle.worker:
             self._gone(handle.name, reason)
+
+    def _trainer_worker(self) -> str | None:
+        """A worker for a restarted trainer (a free one, or one it shares), waiting while the
+        cluster has none (every worker killed at once, their nannies restarting them); None if
+        the run stops or `WORKER_WAIT` passes first."""
+        deadline = time.monotonic() + WORKER_WAIT
+        while not self.coordinator.stopped.is_set():
+            if picked := self.fleet.trainer_workers(1):
+                return picked[0]
+            if time.monotonic() >= deadline:
+                return None
+            self.coordinator.stopped.wait(0.5)
+        return None
 
     def _gone(self, name: str, reason: str) -> None:
         """Peer `name` is dead or hung: its waiting requests fail now, without the coordinator's
