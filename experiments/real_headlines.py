@@ -107,12 +107,11 @@ def diloco_bytes(steps: int, folder: Path) -> Headline:
     "simulated" column is the closed-form traffic model (labkit/swarm/traffic.py)."""
     h = 4
     fields = lan("diloco 2x2 T4", "xxlarge", "T4", 2, 2.0, 1000.0, trainers=2, window=2, global_batch=8)
-    runs = {mode: both(fields, base_config(steps).replace(sync=sync), folder)
-            for mode, sync in (("allreduce", SyncConfig()), ("diloco", SyncConfig(mode="diloco", inner_steps=h)))}
+    syncs = {"allreduce": SyncConfig(), "diloco": SyncConfig(mode="diloco", inner_steps=h)}
+    runs = {mode: both(fields, base_config(steps).replace(sync=sync), folder) for mode, sync in syncs.items()}
     path = folder / "diloco.json"
     path.write_text(json.dumps(fields))
-    formula = {mode: world_config(str(path), base_config(steps).replace(sync=sync))
-               for mode, sync in (("allreduce", SyncConfig()), ("diloco", SyncConfig(mode="diloco", inner_steps=h)))}
+    formula = {mode: world_config(str(path), base_config(steps).replace(sync=sync)) for mode, sync in syncs.items()}
     dp = lambda cfg: sum(dp_bytes_per_step(cfg)) * steps
     pp = lambda cfg: sum(pipeline_bytes_per_step(cfg)) * steps
     real = (sum(runs["allreduce"]["dp_bytes"]) / sum(runs["diloco"]["dp_bytes"]),
