@@ -117,8 +117,8 @@ def tokens_per_second(stamps: Stamps, start: float, end: float) -> float:
     return sum(e["tokens"] for _, e in steps[1:]) / (steps[-1][0] - steps[0][0])
 
 
-def launch(cluster: LocalCluster) -> tuple[labkit.RunHandle, Stamps]:
-    run = labkit.launch(config(), backend="dask", scheduler=cluster.scheduler_address)
+def launch(cluster: LocalCluster, run_dir: str | None = None) -> tuple[labkit.RunHandle, Stamps]:
+    run = labkit.launch(config(), backend="dask", scheduler=cluster.scheduler_address, run_dir=run_dir)
     stamps = Stamps(run)
     run.wait_for(step=2, timeout=600)
     return run, stamps
@@ -156,10 +156,12 @@ def victim(client: Client, rng: random.Random) -> tuple[str, str, str] | None:
     return rng.choice(choices) if choices else None
 
 
-def chaos(minutes: float, kill_every: float, rng: random.Random) -> tuple[list[Kill], Stamps, float, list]:
-    """The run under chaos: its kills, events, tokens/s and (minute, rss, threads, processes) samples."""
+def chaos(minutes: float, kill_every: float, rng: random.Random,
+          run_dir: str | None = None) -> tuple[list[Kill], Stamps, float, list]:
+    """The run under chaos: its kills, events, tokens/s and (minute, rss, threads, processes) samples;
+    its events also in `run_dir`/events.jsonl if given (for a post-mortem)."""
     with new_cluster() as cluster, Client(cluster.scheduler_address) as client:
-        run, stamps = launch(cluster)
+        run, stamps = launch(cluster, run_dir)
         start = time.monotonic()
         end = start + minutes * 60
         samples = [(0, *sample())]
@@ -183,8 +185,9 @@ def chaos(minutes: float, kill_every: float, rng: random.Random) -> tuple[list[K
             if minute > samples[-1][0]:
                 samples.append((minute, *sample()))
                 m, rss, threads, processes = samples[-1]
+                state = run.state()
                 print(f"minute {m}: rss {rss:.0f} MB, {threads} threads, {processes} processes, "
-                      f"step {run.state()['step']}, kills {len(kills)}", flush=True)
+                      f"step {state['step']} ({state['status']}), kills {len(kills)}", flush=True)
             time.sleep(min(0.2, max(0.0, min(next_kill, end) - time.monotonic())))
         rate = tokens_per_second(stamps, start, time.monotonic())
         samples.append((minutes, *sample()))
@@ -243,12 +246,13 @@ def main() -> None:
     parser.add_argument("--baseline-minutes", type=float, default=2.0,
                         help="minutes of the fault-free run (0: none, and efficiency=nan)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--run-dir", default=None, help="keep the chaos run's events here (events.jsonl)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     print(f"load average at start: {os.getloadavg()}", flush=True)
     fault_free = baseline(args.baseline_minutes) if args.baseline_minutes > 0 else float("nan")
     print(f"fault-free: {fault_free:,.0f} tokens/s over {args.baseline_minutes:g} min", flush=True)
-    kills, stamps, rate, samples = chaos(args.minutes, args.kill_every, rng)
+    kills, stamps, rate, samples = chaos(args.minutes, args.kill_every, rng, args.run_dir)
     recoveries(kills, stamps)
     lost, doubled, longest = accounting(stamps)
     for kill in kills:
