@@ -1,7 +1,7 @@
 """Chaos at rate on the Dask backend: real SIGKILLs of random peer and trainer workers, not waiting
 for steps, against the same run without faults in the same invocation.
 
-    python benchmarks/chaos.py --minutes 10 --kill-every 10 [--baseline-minutes 2] [--seed 0]
+    python benchmarks/chaos.py --minutes 10 --kill-every 10 [--baseline-minutes 2] [--seed 0] [--run-dir DIR]
 
 Each run has a LocalCluster of its own (a worker per peer and trainer, and one spare; the
 coordinator runs in this process, behind the run's handle). A kill comes after an exponential wait of mean `--kill-every` seconds; its victim is a
