@@ -18,7 +18,7 @@ from typing import Any
 from labkit.config import RunConfig
 from labkit.executors.registry import DEFAULT, SPECS
 from labkit.events import Event
-from labkit.lab.health import GONE, Health
+from labkit.lab.health import Health
 from labkit.lab.poolrows import PoolRows
 from labkit.lab.rundir import event_error, read_run
 
@@ -51,7 +51,7 @@ class Rows:
 
     def __init__(self, codec: str = "fp32", tokens_per_microbatch: int = 0, windows: Windows = Windows(),
                  charts: tuple[str, ...] = SPECS[DEFAULT].charts, microbatch: int = 1,
-                 servers: Callable[[int], int] | None = None) -> None:
+                 servers: Callable[[int], int] | None = None, health: Health | None = None) -> None:
         self.w = windows
         self.charts = charts  # the charts that draw these rows: the run's executor's (a simulation draws SWARM's)
         self.tokens_per_microbatch = tokens_per_microbatch  # for peers' tokens/s (0: unknown)
@@ -73,17 +73,15 @@ class Rows:
         self._iteration: dict[str, int] = {}  # per replica: the iteration its latest turn belongs to
         self._loaded: dict[tuple[str, int], float] = {}  # (replica, sub-model): when its device copy started loading
         self.pool = PoolRows(servers, windows.history_rows)  # a task-pool run's servers, clients and pool
-        self.health = Health(windows.routing_s)  # per-peer health and the moves' costs (the panel's health table)
+        self.health = health or Health(windows.routing_s)  # per-peer health and moves' costs (the health table)
 
     @classmethod
     def for_config(cls, cfg: RunConfig, windows: Windows = Windows()) -> Rows:
         """Rows of a run of `cfg`: its starting codec, tokens per microbatch, its executor's charts, and
         (for an executor drawing the pool chart) each stage's servers as its config counts them."""
         servers = (lambda stage: sum(cfg.executor.servers(stage))) if "pool" in cfg.spec.charts else None
-        rows = cls(cfg.compression.codec, cfg.microbatch * cfg.model.seq_len, windows, cfg.spec.charts, cfg.microbatch,
-                   servers)
-        rows.health = Health(windows.routing_s, cfg.model, cfg.layer_split, cfg.optimizer)
-        return rows
+        return cls(cfg.compression.codec, cfg.microbatch * cfg.model.seq_len, windows, cfg.spec.charts, cfg.microbatch,
+                   servers, Health(windows.routing_s, cfg.model, cfg.layer_split, cfg.optimizer))
 
     def extend(self, events: Iterable[Event]) -> Rows:
         for e in events:
@@ -266,7 +264,7 @@ class Rows:
 
     def live(self, rows: Iterable[Row]) -> list[Row]:
         """The rows of peers still in the run: a killed or moved peer leaves the loads and router charts' legends."""
-        return [r for r in rows if self.peers.get(r["peer"], {}).get("state") not in GONE]
+        return [r for r in rows if r["peer"] not in self.health.gone]
 
     def recent_marks(self) -> list[Row]:
         """The marks within the timeline's window (so old ones do not stretch its axis)."""
