@@ -120,7 +120,7 @@ class ActorFleet:
         self.run_id = uuid.uuid4().hex[:12]
         self.node: DhtNode | None = None  # this process's DHT node, once `join_dht` started it
         self.dht_peers: list[str] = []  # the addresses a DHT node of the run joins through
-        self._placed: dict[str, ActorHandle] = {}  # worker address -> the actor it hosts (the first, if shared)
+        self._placed: dict[str, list[ActorHandle]] = {}  # worker address -> every actor it hosts (a trainer may share)
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._on_gone: Callable[[ActorHandle, str], None] | None = None
@@ -160,10 +160,11 @@ class ActorFleet:
         `wait`: return once the actor has started (else at once, and the first use waits)."""
         with self._lock:
             if worker is None:
-                worker = next((w for w, h in self._placed.items() if h.name == name), None) or self._free(name, spread)
+                worker = next((w for w, hs in self._placed.items() if any(h.name == name for h in hs)), None) \
+                    or self._free(name, spread)
             handle = ActorHandle(name, worker, key or self.key(cls, name), self.lost)
-            if worker not in self._placed or self._placed[worker].name == name:
-                self._placed[worker] = handle
+            hosted = [h for h in self._placed.get(worker, []) if h.name != name]  # a restart replaces its old instance
+            self._placed[worker] = [*hosted, handle]
         try:
             handle.owner = self.client.submit(cls, *args, *(() if key else (handle.key,)), key=handle.key, actor=True,
                                               workers=[worker], allow_other_workers=False)
@@ -195,8 +196,11 @@ class ActorFleet:
     def free(self, handle: ActorHandle) -> None:
         """`handle`'s actor left: its worker can host another."""
         with self._lock:
-            if self._placed.get(handle.worker) is handle:
-                del self._placed[handle.worker]
+            hosted = [h for h in self._placed.get(handle.worker, []) if h is not handle]
+            if hosted:
+                self._placed[handle.worker] = hosted
+            else:
+                self._placed.pop(handle.worker, None)
 
     # -- watching ------------------------------------------------------------------------------
     def watch(self, on_gone: Callable[[ActorHandle, str], None] | None = None) -> None:
@@ -212,14 +216,14 @@ class ActorFleet:
 
     def _watch_workers(self) -> None:
         """Every `WORKER_CHECK` seconds: a worker that left (a SIGKILLed process is removed within
-        about a second) takes its actor with it."""
+        about a second) takes every actor it hosted with it (a trainer sharing a peer's worker too)."""
         while not self._closed.wait(WORKER_CHECK):
             try:
                 workers = self.workers()
             except Exception:  # the scheduler is busy: ask again
                 continue
             with self._lock:
-                gone = [self._placed.pop(w) for w in list(self._placed) if w not in workers]
+                gone = [h for w in list(self._placed) if w not in workers for h in self._placed.pop(w)]
                 on_gone = self._on_gone
             for handle in gone:
                 reason = f"its Dask worker {handle.worker} left the cluster"
