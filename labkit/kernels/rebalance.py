@@ -62,12 +62,16 @@ def rebalance_move(stage: np.ndarray, queue: np.ndarray, rank: np.ndarray, num_s
 
 @njit(cache=True)
 def rebalance_join(stage: np.ndarray, queue: np.ndarray, num_stages: int) -> int:
-    """Stage a new peer joins: the first stage with no peers, else the most loaded one."""
+    """Stage a new peer joins: the first stage with no peers, else the most loaded one; among
+    equally loaded stages (every queue empty, say), the one with the fewest peers, then the first."""
     loads, counts = _stage_totals(stage, queue, num_stages)
+    best = 0
     for s in range(num_stages):
         if counts[s] == 0:
             return s
-    return _extremes(loads)[1]
+        if loads[s] > loads[best] or (loads[s] == loads[best] and counts[s] < counts[best]):
+            best = s
+    return best
 
 
 def _totals_py(stage: np.ndarray, queue: np.ndarray, num_stages: int) -> tuple[list[float], list[int]]:
@@ -99,4 +103,4 @@ def rebalance_join_py(stage: np.ndarray, queue: np.ndarray, num_stages: int) -> 
     loads, counts = _totals_py(stage, queue, num_stages)
     if 0 in counts:
         return counts.index(0)
-    return max(range(num_stages), key=lambda s: (loads[s], -s))
+    return max(range(num_stages), key=lambda s: (loads[s], -counts[s], -s))

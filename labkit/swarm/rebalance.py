@@ -53,6 +53,7 @@ def choose_move(queues: Mapping[str, tuple[int, float]], num_stages: int) -> Mov
 
 
 def join_stage(queues: Mapping[str, tuple[int, float]], num_stages: int) -> int:
-    """The stage a new peer joins: the first stage with no peers, else the most loaded one."""
+    """The stage a new peer joins: the first stage with no peers, else the most loaded one (ties:
+    the fewest peers, then the lower index: with every queue empty, the thinnest stage)."""
     _, stage, queue = _arrays(queues, num_stages)
     return int(rebalance_join(stage, queue, num_stages))

@@ -68,6 +68,9 @@ def test_choose_move_and_join_stage():
     assert choose_move(queues, 3) == Move(peer="p0", source=0, target=1)
     assert join_stage(queues, 3) == 1
     assert join_stage({"a": (0, 0.0)}, 2) == 1
+    idle = {"a": (0, 0.0), "b": (0, 0.0), "c": (1, 0.0), "d": (2, 0.0), "e": (2, 0.0)}
+    assert join_stage(idle, 3) == 1  # every queue empty: the stage with the fewest peers, not the first
+    assert join_stage(idle | {"f": (1, 0.0)}, 3) == 0  # equal loads and counts: the first stage
     assert choose_move({"a": (0, 0.0), "b": (1, 5.0)}, 2) is None  # would empty stage 0
 
 
