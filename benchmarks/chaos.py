@@ -1,21 +1,26 @@
 """Chaos at rate on the Dask backend: real SIGKILLs of random peer and trainer workers, not waiting
 for steps, against the same run without faults in the same invocation.
 
-    python benchmarks/chaos.py --minutes 10 --kill-every 10 [--baseline-minutes 2] [--seed 0] [--run-dir DIR]
+    python benchmarks/chaos.py --minutes 10 --kill-every 10 [--hang-share 0.25] [--hang-seconds 30]
+                               [--baseline-minutes 2] [--seed 0] [--run-dir DIR]
 
 Each run has a LocalCluster of its own (a worker per peer and trainer, and one spare; the
-coordinator runs in this process, behind the run's handle). A kill comes after an exponential wait of mean `--kill-every` seconds; its victim is a
-worker serving a trainer, or a peer of a stage that keeps another live peer (a stage left with
-none pauses the run by design). The nanny restarts a killed worker under a new address, and the
-run gives it a peer: those are the joins. Times of kills and of the events that answer them are
-taken here, as the events arrive (a trainer's hop events come batched with its microbatch's
-`finish`: a hop's arrival is late by up to one microbatch).
+coordinator runs in this process, behind the run's handle). A fault comes after an exponential
+wait of mean `--kill-every` seconds. Its victim is a worker serving a trainer, or a peer of a stage
+that keeps another live peer (a stage left with none pauses the run by design). A share
+`--hang-share` of the faults is a hang instead of a kill: a peer's worker is SIGSTOPped (its
+sockets stay open, it answers nothing), and SIGKILLed `--hang-seconds` later, as a hung machine is
+eventually rebooted. The nanny restarts a killed worker under a new address, and the run gives it
+a peer: those are the joins. Times of faults and of the events that answer them are taken here,
+as the events arrive (a trainer's hop events come batched with its microbatch's `finish`: a hop's
+arrival is late by up to one microbatch).
 
 Prints per minute: RSS of this process and every process under it (the workers, their DHT
 daemons), threads and processes; then samples lost and doubled (each committed step against the
-global batch, per stage), the longest gap between steps, per kill the seconds to the next step and
-to the replacement serving a hop, and training efficiency (tokens/s under chaos over fault-free).
-Last line: chaos minutes=<M> kills=<n> efficiency=<x> lost=<n> doubled=<n> longest_gap_s=<x>
+global batch, per stage), the longest gap between steps, per fault the seconds to the next step
+and to the replacement serving a hop (and a hung peer's seconds to its eviction), and training
+efficiency (tokens/s under chaos over fault-free). Last line (kills counts every fault, hangs too):
+chaos minutes=<M> kills=<n> efficiency=<x> lost=<n> doubled=<n> longest_gap_s=<x>
 median_recovery_s=<x> rss_growth_last_half=<x>
 """
 
@@ -29,6 +34,7 @@ import signal
 import statistics
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,8 +51,10 @@ class Kill:
     """One SIGKILL: when (monotonic), whose worker, and what answered it."""
 
     at: float
-    role: str  # "peer" or "trainer"
+    role: str  # "peer", "trainer" or "hung peer" (SIGSTOP, then SIGKILL)
     name: str
+    killed: float = 0.0  # when its process was SIGKILLed (a hung peer's: `--hang-seconds` after `at`)
+    evicted: float | None = None  # a hung peer: seconds to the run's `killed` event for it
     next_step: float | None = None  # seconds to the first step after it
     serving: float | None = None  # seconds to the replacement's first hop
     replacement: str | None = field(default=None, repr=False)
@@ -142,23 +150,24 @@ def baseline(minutes: float) -> float:
     return rate
 
 
-def victim(client: Client, rng: random.Random) -> tuple[str, str, str] | None:
-    """(worker address, role, name) of a worker to kill: a trainer's, or a peer's whose stage keeps
-    another; None when there is none, or a worker died while asked (the next kill comes later)."""
+def victim(client: Client, rng: random.Random, hung: Collection[str], peers_only: bool) -> tuple[str, str, str] | None:
+    """(worker address, role, name) of a worker to kill or hang: a trainer's (unless `peers_only`),
+    or a peer's whose stage keeps another that is not `hung`; None when there is none, or a worker
+    died while asked (the next fault comes later). Hung workers are not asked: they never answer."""
     try:
-        held = client.run(roles)
+        held = client.run(roles, workers=[w for w in client.scheduler_info()["workers"] if w not in hung])
     except OSError:  # a worker went while the scheduler broadcast to it (distributed's CommClosedError)
         return None
     live = [r for rs in held.values() for r in rs]
     per_stage = {s: sum(1 for role, _, st in live if role == "peer" and st == s) for _, _, s in live}
     choices = [(w, role, name) for w, rs in held.items() for role, name, stage in rs
-               if role == "trainer" or per_stage[stage] >= 2]
+               if (role == "trainer" and not peers_only) or (role == "peer" and per_stage[stage] >= 2)]
     return rng.choice(choices) if choices else None
 
 
-def chaos(minutes: float, kill_every: float, rng: random.Random,
+def chaos(minutes: float, kill_every: float, rng: random.Random, hang_share: float = 0.0, hang_seconds: float = 30.0,
           run_dir: str | None = None) -> tuple[list[Kill], Stamps, float, list]:
-    """The run under chaos: its kills, events, tokens/s and (minute, rss, threads, processes) samples;
+    """The run under chaos: its faults, events, tokens/s and (minute, rss, threads, processes) samples;
     its events also in `run_dir`/events.jsonl if given (for a post-mortem)."""
     with new_cluster() as cluster, Client(cluster.scheduler_address) as client:
         run, stamps = launch(cluster, run_dir)
@@ -167,19 +176,27 @@ def chaos(minutes: float, kill_every: float, rng: random.Random,
         samples = [(0, *sample())]
         print(f"minute 0: rss {samples[0][1]:.0f} MB, {samples[0][2]} threads, {samples[0][3]} processes", flush=True)
         kills: list[Kill] = []
+        hung: dict[str, tuple[int, Kill]] = {}  # worker -> (its pid, its hang), until it is SIGKILLed
         next_kill = start + rng.expovariate(1 / kill_every)
         while time.monotonic() < end:
             now = time.monotonic()
+            for worker, (pid, hang) in [(w, h) for w, h in hung.items() if now >= h[1].at + hang_seconds]:
+                os.kill(pid, signal.SIGKILL)
+                hang.killed = time.monotonic()
+                del hung[worker]
             if now >= next_kill:
-                target = victim(client, rng)
+                hang = rng.random() < hang_share
+                target = victim(client, rng, hung, peers_only=hang)
                 if target is not None:
                     worker, role, name = target
                     try:
                         pid = client.run(os.getpid, workers=[worker])[worker]
-                        os.kill(pid, signal.SIGKILL)
-                        kills.append(Kill(time.monotonic(), role, name))
+                        os.kill(pid, signal.SIGSTOP if hang else signal.SIGKILL)
+                        kills.append(Kill(time.monotonic(), "hung peer" if hang else role, name, killed=time.monotonic()))
+                        if hang:
+                            hung[worker] = pid, kills[-1]
                     except Exception as exc:  # the worker went meanwhile
-                        print(f"kill of {worker} skipped: {type(exc).__name__}: {exc}", flush=True)
+                        print(f"{'hang' if hang else 'kill'} of {worker} skipped: {type(exc).__name__}: {exc}", flush=True)
                 next_kill = time.monotonic() + rng.expovariate(1 / kill_every)
             minute = int((now - start) // 60)
             if minute > samples[-1][0]:
@@ -190,6 +207,8 @@ def chaos(minutes: float, kill_every: float, rng: random.Random,
                       f"step {state['step']} ({state['status']}), kills {len(kills)}", flush=True)
             time.sleep(min(0.2, max(0.0, min(next_kill, end) - time.monotonic())))
         rate = tokens_per_second(stamps, start, time.monotonic())
+        for pid, _ in hung.values():  # still hung at the end: its nanny restarts it, the cluster closes
+            os.kill(pid, signal.SIGKILL)
         samples.append((minutes, *sample()))
         live = {s["stage"]: len(s["peers"]) for s in run.state()["stages"]}
         print(f"live peers per stage at the end: {live}", flush=True)
@@ -201,24 +220,29 @@ def chaos(minutes: float, kill_every: float, rng: random.Random,
 
 
 def recoveries(kills: list[Kill], stamps: Stamps) -> None:
-    """Fill each kill's seconds to the next step and to its replacement's first hop: a killed
-    peer's replacement is the peer of the first worker that joined after it (each join answers one
-    kill, in order: the nanny restarts every killed worker); a trainer restarts under its name."""
+    """Fill each fault's seconds to the next step and to its replacement's first hop, and a hung
+    peer's seconds to its eviction: a killed peer's replacement is the peer of the first worker that
+    joined after its SIGKILL (each join answers one, in order: the nanny restarts every killed
+    worker); a trainer restarts under its name."""
     joins = [(t, e["value"].split(" serves ")[-1]) for t, e in stamps.events
              if e["type"] == "setting" and e["name"] == "worker_joined"]
-    for kill in kills:
+    for kill in sorted(kills, key=lambda k: k.killed):
         step = stamps.after(kill.at, lambda e: e["type"] == "step")
         kill.next_step = None if step is None else step[0] - kill.at
+        if kill.role == "hung peer":
+            out = stamps.after(kill.at, lambda e, n=kill.name: e["type"] == "peer" and e["peer"] == n
+                               and e["state"] == "killed")
+            kill.evicted = None if out is None else out[0] - kill.at
         if kill.role == "trainer":
             kill.replacement = kill.name
         else:
-            joined = next((j for j in joins if j[0] >= kill.at), None)
+            joined = next((j for j in joins if j[0] >= kill.killed), None)
             if joined is not None:
                 joins.remove(joined)
                 kill.replacement = joined[1]
         if kill.replacement is not None:
             hop = stamps.after(kill.at, lambda e, r=kill.replacement: e["type"] == "hop"
-                               and (e["peer"] == r if kill.role == "peer" else e["trainer"].split("/")[0] == r))
+                               and (e["peer"] == r if kill.role != "trainer" else e["trainer"].split("/")[0] == r))
             kill.serving = None if hop is None else hop[0] - kill.at
 
 
@@ -242,7 +266,10 @@ def _seconds(values: list[float | None]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="minutes of chaos")
-    parser.add_argument("--kill-every", type=float, default=10.0, help="mean seconds between kills")
+    parser.add_argument("--kill-every", type=float, default=10.0, help="mean seconds between faults")
+    parser.add_argument("--hang-share", type=float, default=0.25,
+                        help="share of the faults that SIGSTOP a peer's worker instead of killing it")
+    parser.add_argument("--hang-seconds", type=float, default=30.0, help="seconds a hung worker stays hung")
     parser.add_argument("--baseline-minutes", type=float, default=2.0,
                         help="minutes of the fault-free run (0: none, and efficiency=nan)")
     parser.add_argument("--seed", type=int, default=0)
@@ -252,19 +279,25 @@ def main() -> None:
     print(f"load average at start: {os.getloadavg()}", flush=True)
     fault_free = baseline(args.baseline_minutes) if args.baseline_minutes > 0 else float("nan")
     print(f"fault-free: {fault_free:,.0f} tokens/s over {args.baseline_minutes:g} min", flush=True)
-    kills, stamps, rate, samples = chaos(args.minutes, args.kill_every, rng, args.run_dir)
+    if not 0 <= args.hang_share <= 1 or args.hang_seconds <= 0:
+        parser.error(f"--hang-share must be in [0, 1] and --hang-seconds > 0, not {args.hang_share} and {args.hang_seconds}")
+    kills, stamps, rate, samples = chaos(args.minutes, args.kill_every, rng, args.hang_share, args.hang_seconds,
+                                         args.run_dir)
     recoveries(kills, stamps)
     lost, doubled, longest = accounting(stamps)
     for kill in kills:
-        print(f"kill {kill.role} {kill.name}: next step {kill.next_step}, replacement {kill.replacement} serving "
-              f"{kill.serving}")
+        print(f"fault {kill.role} {kill.name}: next step {kill.next_step}, replacement {kill.replacement} serving "
+              f"{kill.serving}" + (f", evicted {kill.evicted}" if kill.role == "hung peer" else ""))
     settings = [e for _, e in stamps.events if e["type"] == "setting"]
     unused = [e["value"] for e in settings if e["name"] == "worker_unused"]
     print(f"joins {sum(e['name'] == 'worker_joined' for e in settings)}, workers left unused {len(unused)}"
           + "".join(f"\n  unused: {reason[:200]}" for reason in unused[:5]))
-    print(f"kills {len(kills)} ({sum(k.role == 'peer' for k in kills)} peers, "
-          f"{sum(k.role == 'trainer' for k in kills)} trainers); to the next step: "
-          f"{_seconds([k.next_step for k in kills])}; to the replacement serving: {_seconds([k.serving for k in kills])}")
+    print(f"faults {len(kills)} ({sum(k.role == 'peer' for k in kills)} peers killed, "
+          f"{sum(k.role == 'trainer' for k in kills)} trainers killed, {sum(k.role == 'hung peer' for k in kills)} "
+          f"peers hung); to the next step: {_seconds([k.next_step for k in kills])}; to the replacement serving: "
+          f"{_seconds([k.serving for k in kills])}")
+    if any(k.role == "hung peer" for k in kills):
+        print(f"hung peers, SIGSTOP to eviction: {_seconds([k.evicted for k in kills if k.role == 'hung peer'])}")
     start, end = samples[0], samples[-2]
     print(f"threads {start[2]} -> {end[2]}, processes {start[3]} -> {end[3]} (after the cluster closed: "
           f"{samples[-1][3]} processes)")
