@@ -8,7 +8,7 @@ Each run has a LocalCluster of its own (a worker per peer and trainer, and one s
 coordinator runs in this process, behind the run's handle). A fault comes after an exponential
 wait of mean `--kill-every` seconds. Its victim is a worker serving a trainer, or a peer of a stage
 that keeps another live peer (a stage left with none pauses the run by design). A share
-`--hang-share` of the faults is a hang instead of a kill: a peer's worker is SIGSTOPped (its
+`--hang-share` of the faults is a hang instead of a kill: the worker is SIGSTOPped (its
 sockets stay open, it answers nothing), and SIGKILLed `--hang-seconds` later, as a hung machine is
 eventually rebooted. The nanny restarts a killed worker under a new address, and the run gives it
 a peer: those are the joins. Times of faults and of the events that answer them are taken here,
@@ -18,7 +18,7 @@ arrival is late by up to one microbatch).
 Prints per minute: RSS of this process and every process under it (the workers, their DHT
 daemons), threads and processes; then samples lost and doubled (each committed step against the
 global batch, per stage), the longest gap between steps, per fault the seconds to the next step
-and to the replacement serving a hop (and a hung peer's seconds to its eviction), and training
+and to the replacement serving a hop (and a hung worker's seconds to its eviction), and training
 efficiency (tokens/s under chaos over fault-free). Last line (kills counts every fault, hangs too):
 chaos minutes=<M> kills=<n> efficiency=<x> lost=<n> doubled=<n> longest_gap_s=<x>
 median_recovery_s=<x> rss_growth_last_half=<x>
@@ -51,10 +51,10 @@ class Kill:
     """One SIGKILL: when (monotonic), whose worker, and what answered it."""
 
     at: float
-    role: str  # "peer", "trainer" or "hung peer" (SIGSTOP, then SIGKILL)
+    role: str  # "peer" or "trainer" (SIGKILL), "hung peer" or "hung trainer" (SIGSTOP, then SIGKILL)
     name: str
-    killed: float = 0.0  # when its process was SIGKILLed (a hung peer's: `--hang-seconds` after `at`)
-    evicted: float | None = None  # a hung peer: seconds to the run's `killed` event for it
+    killed: float = 0.0  # when its process was SIGKILLed (a hung worker's: `--hang-seconds` after `at`)
+    evicted: float | None = None  # hung: seconds to the run's `killed` event for it (a trainer: `trainer_lost`)
     next_step: float | None = None  # seconds to the first step after it
     serving: float | None = None  # seconds to the replacement's first hop
     replacement: str | None = field(default=None, repr=False)
@@ -150,10 +150,10 @@ def baseline(minutes: float) -> float:
     return rate
 
 
-def victim(client: Client, rng: random.Random, hung: Collection[str], peers_only: bool) -> tuple[str, str, str] | None:
-    """(worker address, role, name) of a worker to kill or hang: a trainer's (unless `peers_only`),
-    or a peer's whose stage keeps another that is not `hung`; None when there is none, or a worker
-    died while asked (the next fault comes later). Hung workers are not asked: they never answer."""
+def victim(client: Client, rng: random.Random, hung: Collection[str]) -> tuple[str, str, str] | None:
+    """(worker address, role, name) of a worker to kill or hang: a trainer's, or a peer's whose
+    stage keeps another that is not `hung`; None when there is none, or a worker died while asked
+    (the next fault comes later). Hung workers are not asked: they never answer."""
     try:
         held = client.run(roles, workers=[w for w in client.scheduler_info()["workers"] if w not in hung])
     except OSError:  # a worker went while the scheduler broadcast to it (distributed's CommClosedError)
@@ -161,7 +161,7 @@ def victim(client: Client, rng: random.Random, hung: Collection[str], peers_only
     live = [r for rs in held.values() for r in rs]
     per_stage = {s: sum(1 for role, _, st in live if role == "peer" and st == s) for _, _, s in live}
     choices = [(w, role, name) for w, rs in held.items() for role, name, stage in rs
-               if (role == "trainer" and not peers_only) or (role == "peer" and per_stage[stage] >= 2)]
+               if role == "trainer" or per_stage[stage] >= 2]
     return rng.choice(choices) if choices else None
 
 
@@ -186,13 +186,13 @@ def chaos(minutes: float, kill_every: float, rng: random.Random, hang_share: flo
                 del hung[worker]
             if now >= next_kill:
                 hang = rng.random() < hang_share
-                target = victim(client, rng, hung, peers_only=hang)
+                target = victim(client, rng, hung)
                 if target is not None:
                     worker, role, name = target
                     try:
                         pid = client.run(os.getpid, workers=[worker])[worker]
                         os.kill(pid, signal.SIGSTOP if hang else signal.SIGKILL)
-                        kills.append(Kill(time.monotonic(), "hung peer" if hang else role, name, killed=time.monotonic()))
+                        kills.append(Kill(time.monotonic(), f"hung {role}" if hang else role, name, killed=time.monotonic()))
                         if hang:
                             hung[worker] = pid, kills[-1]
                     except Exception as exc:  # the worker went meanwhile
@@ -229,11 +229,11 @@ def recoveries(kills: list[Kill], stamps: Stamps) -> None:
     for kill in sorted(kills, key=lambda k: k.killed):
         step = stamps.after(kill.at, lambda e: e["type"] == "step")
         kill.next_step = None if step is None else step[0] - kill.at
-        if kill.role == "hung peer":
-            out = stamps.after(kill.at, lambda e, n=kill.name: e["type"] == "peer" and e["peer"] == n
-                               and e["state"] == "killed")
+        if kill.role.startswith("hung"):
+            out = stamps.after(kill.at, lambda e, n=kill.name: (e["type"] == "peer" and e["peer"] == n and e["state"] == "killed")
+                               or (e["type"] == "setting" and e["name"] == "trainer_lost" and e["value"].startswith(n + "#")))
             kill.evicted = None if out is None else out[0] - kill.at
-        if kill.role == "trainer":
+        if kill.role.endswith("trainer"):
             kill.replacement = kill.name
         else:
             joined = next((j for j in joins if j[0] >= kill.killed), None)
@@ -242,7 +242,7 @@ def recoveries(kills: list[Kill], stamps: Stamps) -> None:
                 kill.replacement = joined[1]
         if kill.replacement is not None:
             hop = stamps.after(kill.at, lambda e, r=kill.replacement: e["type"] == "hop"
-                               and (e["peer"] == r if kill.role != "trainer" else e["trainer"].split("/")[0] == r))
+                               and (e["trainer"].split("/")[0] == r if kill.role.endswith("trainer") else e["peer"] == r))
             kill.serving = None if hop is None else hop[0] - kill.at
 
 
@@ -268,7 +268,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0, help="minutes of chaos")
     parser.add_argument("--kill-every", type=float, default=10.0, help="mean seconds between faults")
     parser.add_argument("--hang-share", type=float, default=0.25,
-                        help="share of the faults that SIGSTOP a peer's worker instead of killing it")
+                        help="share of the faults that SIGSTOP the worker instead of killing it")
     parser.add_argument("--hang-seconds", type=float, default=30.0, help="seconds a hung worker stays hung")
     parser.add_argument("--baseline-minutes", type=float, default=2.0,
                         help="minutes of the fault-free run (0: none, and efficiency=nan)")
@@ -287,17 +287,18 @@ def main() -> None:
     lost, doubled, longest = accounting(stamps)
     for kill in kills:
         print(f"fault {kill.role} {kill.name}: next step {kill.next_step}, replacement {kill.replacement} serving "
-              f"{kill.serving}" + (f", evicted {kill.evicted}" if kill.role == "hung peer" else ""))
+              f"{kill.serving}" + (f", evicted {kill.evicted}" if kill.role.startswith("hung") else ""))
     settings = [e for _, e in stamps.events if e["type"] == "setting"]
     unused = [e["value"] for e in settings if e["name"] == "worker_unused"]
     print(f"joins {sum(e['name'] == 'worker_joined' for e in settings)}, workers left unused {len(unused)}"
           + "".join(f"\n  unused: {reason[:200]}" for reason in unused[:5]))
-    print(f"faults {len(kills)} ({sum(k.role == 'peer' for k in kills)} peers killed, "
-          f"{sum(k.role == 'trainer' for k in kills)} trainers killed, {sum(k.role == 'hung peer' for k in kills)} "
-          f"peers hung); to the next step: {_seconds([k.next_step for k in kills])}; to the replacement serving: "
+    roles = ("peer", "trainer", "hung peer", "hung trainer")
+    print(f"faults {len(kills)} (" + ", ".join(f"{sum(k.role == r for k in kills)} {r}" for r in roles)
+          + f"); to the next step: {_seconds([k.next_step for k in kills])}; to the replacement serving: "
           f"{_seconds([k.serving for k in kills])}")
-    if any(k.role == "hung peer" for k in kills):
-        print(f"hung peers, SIGSTOP to eviction: {_seconds([k.evicted for k in kills if k.role == 'hung peer'])}")
+    for role in roles[2:]:
+        if any(k.role == role for k in kills):
+            print(f"{role}s, SIGSTOP to eviction: {_seconds([k.evicted for k in kills if k.role == role])}")
     start, end = samples[0], samples[-2]
     print(f"threads {start[2]} -> {end[2]}, processes {start[3]} -> {end[3]} (after the cluster closed: "
           f"{samples[-1][3]} processes)")

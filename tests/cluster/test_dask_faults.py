@@ -35,7 +35,7 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.slow
 DETECT_SECONDS = 15.0  # a kill to its `killed` event, on a loaded CI machine
 STALL_SECONDS = 30.0  # the longest gap between two steps of a run that loses workers
-# a SIGSTOP to the hung peer's eviction: its DHT record lapses (ANNOUNCE_TTL after its last refresh,
+# a SIGSTOP to the hung peer's eviction (or hung trainer's restart): its DHT record (heartbeat) lapses (ANNOUNCE_TTL after its last refresh,
 # seen within an ANNOUNCE_PERIOD), plus the same slack for a loaded CI machine as a kill's detection
 HUNG_SECONDS = ANNOUNCE_TTL + ANNOUNCE_PERIOD + DETECT_SECONDS
 
@@ -134,13 +134,46 @@ def test_a_hung_peer_worker_is_evicted_within_its_bound_and_survived_exactly(own
         os.kill(pid, signal.SIGKILL)  # its nanny starts a fresh worker
     assert evicted < HUNG_SECONDS, f"the hung s0p1 was evicted after {evicted:.1f} s ({event['reason']})"
     assert summary["status"] == "finished", summary
-    assert_exact_accounting(run, cfg)
-    model, _ = train_reference(cfg, WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed))
-    got = assemble([s["params"] for s in torch.load(tmp_path / "checkpoint.pt", weights_only=False)["stages"]])
-    assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
+    _equals_plain_loop(run, cfg, tmp_path)
     bans = [e for e in run.events.history("peer") if e["peer"] == "s0p1" and e["state"] == "banned"]
     print(f"hung peer: evicted {evicted:.2f} s after SIGSTOP ({event['reason']}); {len(bans)} bans before; "
           f"longest step gap {_longest_stall(run):.1f} s")
+
+
+def test_a_hung_trainer_worker_is_replaced_within_its_bound_and_survived_exactly(own_cluster, small_run: RunConfig,
+                                                                                tmp_path: Path) -> None:
+    """SIGSTOP a trainer's worker: the microbatch it holds is never finished and nothing fails (its
+    sockets stay open). Its DHT heartbeat lapses, the run hands the microbatch out again and
+    restarts the trainer on another worker, and training still equals the single-process loop."""
+    cfg = small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=(2, 2),
+                            trainers=2, steps=8)
+    run = labkit.launch(cfg, backend="dask", scheduler=own_cluster.scheduler_address, run_dir=tmp_path)
+    run.wait_for(step=2, timeout=120)
+    with Client(own_cluster.scheduler_address) as client:
+        worker, names = next((w, n) for w, n in client.run(_trainer_names).items() if n)
+        pid = client.run(os.getpid, workers=[worker])[worker]
+    os.kill(pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        lost = run.wait_for(event={"type": "setting", "name": "trainer_lost"}, timeout=120)
+        replaced = time.monotonic() - stopped
+        summary = run.wait(300)
+    finally:
+        os.kill(pid, signal.SIGKILL)  # its nanny starts a fresh worker
+    assert lost["value"].startswith(f"{names[0]}#1: its heartbeat stopped"), lost
+    assert replaced < HUNG_SECONDS, f"the hung trainer was replaced after {replaced:.1f} s"
+    assert summary["status"] == "finished", summary
+    _equals_plain_loop(run, cfg, tmp_path)
+    print(f"hung trainer: replaced {replaced:.2f} s after SIGSTOP; longest step gap {_longest_stall(run):.1f} s")
+
+
+def _equals_plain_loop(run: labkit.RunHandle, cfg: RunConfig, run_dir: Path) -> None:
+    """Every step summed the global batch at every stage, and the final checkpoint equals the
+    single-process loop's model (float64)."""
+    assert_exact_accounting(run, cfg)
+    model, _ = train_reference(cfg, WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed))
+    got = assemble([s["params"] for s in torch.load(run_dir / "checkpoint.pt", weights_only=False)["stages"]])
+    assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
 
 
 def test_three_kills_and_a_trainer_kill_in_a_row(cluster, small_run: RunConfig, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The hivemind DHT directory: peers announce under their stage's key, others discover them, a
-withdrawn peer vanishes at once and a peer that stops refreshing vanishes at its expiration."""
+withdrawn peer vanishes at once and a peer that stops refreshing vanishes at its expiration; a
+trainer's heartbeat lapses the same way."""
 
 from __future__ import annotations
 
@@ -52,6 +53,19 @@ def test_announce_discover_withdraw_and_expire(two_nodes, monkeypatch: pytest.Mo
     theirs.withdraw(1, "actor-c")
     wait_until(lambda: theirs.discover() == {}, 10, "a peer that stops refreshing to expire")
     assert time.monotonic() - refreshed >= 1.5, "...at its expiration (2 s after the refresh), not before"
+
+
+def test_a_trainers_heartbeat_is_read_with_its_age_and_lapses(two_nodes, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dht, "ANNOUNCE_TTL", 2.0)
+    first, second = two_nodes
+    mine, theirs = dht.StageDirectory(first, "run-a", 2), dht.StageDirectory(second, "run-a", 2)
+    beat = time.monotonic()
+    assert mine.beat("t0#1") and mine.beat("t1#1")
+    wait_until(lambda: set(theirs.heartbeats()) == {"t0#1", "t1#1"}, 10, "both heartbeats to reach the other node")
+    assert theirs.discover() == {}, "a heartbeat is no peer"
+    assert all(0.0 <= age <= time.monotonic() - beat + 0.1 for age in theirs.heartbeats().values())
+    wait_until(lambda: theirs.heartbeats() == {}, 10, "heartbeats that stop to lapse")
+    assert time.monotonic() - beat >= 1.5, "...at their expiration (2 s after the beat), not before"
 
 
 def fails() -> None:

@@ -184,10 +184,11 @@ class ActorFleet:
                                f"start another `dask worker` (with --resources GPU=1 on a GPU host) or ask for fewer")
         return worker
 
-    def trainer_workers(self, count: int) -> list[str]:
-        """`count` workers for trainers, CPU workers first (placement.py's rule); they may share."""
+    def trainer_workers(self, count: int, avoid: str | None = None) -> list[str]:
+        """`count` workers for trainers, CPU workers first (placement.py's rule), never `avoid` (a
+        hung one); they may share."""
         with self._lock:
-            return trainer_workers(self.workers(), self._placed, count)
+            return trainer_workers({w: i for w, i in self.workers().items() if w != avoid}, self._placed, count)
 
     def newcomers(self) -> list[str]:
         """Workers that joined the cluster after the run started and host nothing of it."""

@@ -6,7 +6,8 @@ queue length and accumulated samples — with an expiration,
 and refreshes it every `ANNOUNCE_PERIOD` seconds. Trainers read the stage keys to find peers; the
 coordinator reads them to see queue lengths (Algorithm 2) and peers that stopped announcing. A
 peer that leaves on purpose is overwritten by a newer tombstone, so it vanishes at once instead
-of after its expiration.
+of after its expiration. Trainers store a heartbeat the same way, under the run's trainers key:
+the coordinator reads it to find a trainer that hangs (SIGSTOP keeps its sockets open).
 
 The node runs `hivemind.DHTNode` on an event-loop thread of this process: `hivemind.DHT` would
 start a child process, which Dask's daemonic worker processes may not do. A worker's node listens
@@ -133,7 +134,8 @@ async def _cancel_other_tasks() -> None:
 
 
 class StageDirectory:
-    """The stage keys of one run: announce, withdraw and discover peers."""
+    """The keys of one run: announce, withdraw and discover peers (a key per stage); trainers'
+    heartbeats (one key)."""
 
     def __init__(self, node: DhtNode, run_id: str, stages: int) -> None:
         self.node, self.run_id, self.stages = node, run_id, stages
@@ -150,6 +152,18 @@ class StageDirectory:
         """Replace actor `key`'s record with a tombstone that outlives it (a peer rebuilt under
         the same name has a new actor key, so the tombstone does not hide it)."""
         return self.node.store(self._key(stage), key, {"gone": True}, ANNOUNCE_TTL * 2)
+
+    def beat(self, life: str) -> bool:
+        """Trainer life `life` ("t0#2") is alive for `ANNOUNCE_TTL` seconds more: a trainer's
+        heartbeat, as a peer's record is its own (a hung trainer's lapses)."""
+        return self.node.store(f"labkit/{self.run_id}/trainers", life, {"life": life}, ANNOUNCE_TTL)
+
+    def heartbeats(self) -> dict[str, float]:
+        """Each trainer life whose heartbeat is live: seconds since its last one."""
+        found = self.node.get_many([f"labkit/{self.run_id}/trainers"])
+        now = get_dht_time()
+        return {info["life"]: max(0.0, now - (info["expires"] - ANNOUNCE_TTL))
+                for info in next(iter(found.values())).values() if isinstance(info, dict) and "life" in info}
 
     def discover(self) -> dict[str, dict[str, Any]]:
         """Live peers of every stage: name -> their latest record, with its "age": seconds since

@@ -83,8 +83,8 @@ class PeerActor:
                  delay: float, dht_peers: list[str], source: tuple[str, str] | None = None, live: bool = True,
                  emulates: str | None = None) -> None:
         prepare_worker(cfg)
-        if source is not None:
-            state, _ = peer_actor(*source).call("state").result()
+        if source is not None:  # a source that left meanwhile may never answer: give up, freeing the worker's thread
+            state, _ = peer_actor(*source).call("state").result(START_TIMEOUT)
         state = stage_state(state)
         device = "cuda" if gpu_worker() and torch.cuda.is_available() else "cpu"
         self.peer = StagePeer(name, stage, stage_module(cfg, stage, state["params"]), cfg, device, emulates)

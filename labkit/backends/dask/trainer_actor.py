@@ -3,7 +3,8 @@
 On its worker a trainer sees the run through two ports: `CoordinatorClient` (its `WorkSource`:
 microbatches and accounting from the coordinator, over its data plane; hop events are batched and
 sent with each microbatch's `finish`) and `DhtDirectory` (its `Directory`: peers as the hivemind DHT
-announces them). Activations go straight from this worker to the peers' workers.
+announces them). Activations go straight from this worker to the peers' workers. It stores a
+heartbeat in the DHT every announce period, by which the coordinator finds it if it hangs.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ class DhtDirectory:
 
     def close(self) -> None:
         self._stop.set()
+
+    def beat(self, life: str) -> None:
+        """This trainer's heartbeat (`StageDirectory.beat`)."""
+        self._directory.beat(life)
 
     def registry(self) -> dict[str, tuple[int, int]]:
         """Peers announced in the DHT: name -> (stage, instance). A peer rebuilt under the same
@@ -139,6 +144,17 @@ class TrainerActor:
         sampler = WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed)
         self.trainer = Trainer(name, cfg, self.work, self.directory, sampler)
         self.trainer.start()
+        threading.Thread(target=self._beat, args=(life_name,), name="labkit-heartbeat", daemon=True).start()
+
+    def _beat(self, life: str) -> None:
+        """Tell the run this life of the trainer lives, every announce period while its loop runs
+        (a failed store is retried at the next): a process that hangs stops telling it."""
+        while self.trainer.alive():
+            try:
+                self.directory.beat(life)
+            except Exception:
+                pass
+            time.sleep(ANNOUNCE_PERIOD)
 
     async def running(self) -> bool:
         alive = self.trainer.alive()

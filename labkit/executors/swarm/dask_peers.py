@@ -4,8 +4,9 @@ It lives with the run's coordinator, in the process holding the run. The fleet
 (backends/dask/actor_fleet.py) connects, places every peer and trainer as an actor (a stage's
 peers spread over machines, trainers on CPU workers first) and says whose worker left; this adds
 what is SWARM's own: a lost peer is evicted and a lost trainer restarted, the DHT is watched (peers
-that stop announcing are evicted; their queue lengths feed Algorithm 2), and every worker that
-joins the cluster mid-run gets a peer on the stage the join rule picks.
+that stop announcing are evicted, trainers whose heartbeat stops are restarted elsewhere; the
+peers' queue lengths feed Algorithm 2), and every worker that joins the cluster mid-run gets a
+peer on the stage the join rule picks.
 """
 
 from __future__ import annotations
@@ -39,33 +40,35 @@ class RemoteTrainer:
     def __init__(self, peers: DaskPeers, name: str, worker: str) -> None:
         self.peers, self.name, self.worker = peers, name, worker
         self.life_name = name
+        self.started = 0.0  # when its current life was started (monotonic)
         self._lives = 0
-        self._handle: ActorHandle | None = None
+        self.handle: ActorHandle | None = None  # its current life's actor
 
     def start(self) -> None:
         p = self.peers
         self._lives += 1
         self.life_name = f"{self.name}#{self._lives}"
-        self._handle = p.fleet.start(self.name, TrainerActor, p.fleet.run_id, self.name, self.life_name, p.cfg,
+        self.started = time.monotonic()
+        self.handle = p.fleet.start(self.name, TrainerActor, p.fleet.run_id, self.name, self.life_name, p.cfg,
                                      p.coordinator_address, p.fleet.dht_peers, p.t0_wall,
                                      key=p.fleet.key(TrainerActor, self.name), worker=self.worker, wait=False)
 
     def join(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._handle is not None and (deadline is None or time.monotonic() < deadline):
+        while self.handle is not None and (deadline is None or time.monotonic() < deadline):
             try:
-                running = self._handle.call("running", timeout=30)
+                running = self.handle.call("running", timeout=30)
             except Exception:  # its worker died: the trainer is gone
                 running = False
             if not running:
-                self._handle.release()
-                self._handle = None
+                self.handle.release()
+                self.handle = None
                 return
             time.sleep(0.2)
 
     def alive(self) -> bool:
         """Whether the trainer may still work (no join has seen its loop end)."""
-        return self._handle is not None
+        return self.handle is not None
 
 
 class DaskPeers:
@@ -81,7 +84,8 @@ class DaskPeers:
         self.coordinator: Coordinator | None = None
         self._actors: dict[str, ActorHandle] = {}  # peer name -> its actor
         self._announced: dict[str, dict[str, Any]] = {}
-        self._last_seen: dict[str, float] = {}
+        self._last_seen: dict[str, float] = {}  # peer name, or trainer life: when it last announced itself
+        self._restarts = threading.Lock()  # one restart of a trainer at a time (its worker left, or it hangs)
         self._joining: set[str] = set()  # workers that joined mid-run, a peer starting on each
         self._failures: dict[str, int] = {}  # such workers whose peer failed to start: how often
 
@@ -181,26 +185,35 @@ class DaskPeers:
             return
         trainer = next((t for t in c.trainers if t.name == handle.name), None)
         if trainer is not None:
-            c.trainer_lost(trainer.life_name, reason)
-            if (worker := self._trainer_worker()) is None:
-                if not c.stopped.is_set():
-                    c.fail(RuntimeError(f"trainer {trainer.name} lost its worker ({reason}) and no Dask worker "
-                                        f"was there to restart it on within {WORKER_WAIT:.0f} s"))
-                return
-            trainer.worker = worker
-            trainer.start()
+            self._restart(trainer, handle, reason)
             return
         peer = c.members.peers.get(handle.name)
         if isinstance(peer, RemotePeer) and peer.worker == handle.worker:
             self._gone(handle.name, reason)
 
-    def _trainer_worker(self) -> str | None:
-        """A worker for a restarted trainer (a free one, or one it shares), waiting while the
-        cluster has none (every worker killed at once, their nannies restarting them); None if
-        the run stops or `WORKER_WAIT` passes first."""
+    def _restart(self, trainer: RemoteTrainer, handle: ActorHandle, reason: str) -> None:
+        """Trainer life `handle` is lost (`reason`): its microbatches are handed out again and the
+        trainer starts a new life on another worker; nothing if `handle` is no longer its life."""
+        c = self.coordinator
+        with self._restarts:
+            if trainer.handle is not handle or c.stopped.is_set():  # a life it left behind, hung
+                return
+            c.trainer_lost(trainer.life_name, reason)
+            if (worker := self._trainer_worker(avoid=handle.worker)) is None:
+                if not c.stopped.is_set():
+                    c.fail(RuntimeError(f"trainer {trainer.name} was lost ({reason}) and no Dask worker "
+                                        f"was there to restart it on within {WORKER_WAIT:.0f} s"))
+                return
+            trainer.worker = worker
+            trainer.start()
+
+    def _trainer_worker(self, avoid: str) -> str | None:
+        """A worker other than `avoid` for a restarted trainer (a free one, or one it shares),
+        waiting while the cluster has none (every worker killed at once, their nannies restarting
+        them); None if the run stops or `WORKER_WAIT` passes first."""
         deadline = time.monotonic() + WORKER_WAIT
         while not self.coordinator.stopped.is_set():
-            if picked := self.fleet.trainer_workers(1):
+            if picked := self.fleet.trainer_workers(1, avoid=avoid):
                 return picked[0]
             if time.monotonic() >= deadline:
                 return None
@@ -231,7 +244,27 @@ class DaskPeers:
                     self._last_seen[name] = max(self._last_seen.get(name, 0.0), now - self._announced[name]["age"])
                 elif name in self._last_seen and now - self._last_seen[name] > ANNOUNCE_TTL:
                     self._gone(name, f"stopped announcing to the DHT for {ANNOUNCE_TTL:.0f} s")
+            self._check_heartbeats(now)
             self._use_new_workers()
+
+    def _check_heartbeats(self, now: float) -> None:
+        """A trainer whose heartbeat lapsed (`ANNOUNCE_TTL` after its last) hangs, and one that never
+        beat within `START_TIMEOUT` of its start did not start (its worker's thread is taken): either
+        is restarted on another worker."""
+        try:
+            beats = self.directory.heartbeats()
+        except Exception:  # the DHT is slow: look again next period
+            return
+        for trainer in self.coordinator.trainers:
+            life, handle = trainer.life_name, trainer.handle
+            if life in beats:
+                self._last_seen[life] = max(self._last_seen.get(life, 0.0), now - beats[life])
+            elif handle is None:
+                continue
+            elif life in self._last_seen and now - self._last_seen[life] > ANNOUNCE_TTL:
+                self._restart(trainer, handle, f"its heartbeat stopped for {ANNOUNCE_TTL:.0f} s (hung)")
+            elif life not in self._last_seen and now - trainer.started > START_TIMEOUT:
+                self._restart(trainer, handle, f"it did not start on {handle.worker} within {START_TIMEOUT:.0f} s")
 
     def _use_new_workers(self) -> None:
         """Give each worker that joined the cluster (a restarted one too) a peer, each on a
