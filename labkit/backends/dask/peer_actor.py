@@ -71,6 +71,9 @@ def announce_loop(worker: Any, key: str, actor: object, stopped: threading.Event
             return
 
 
+ALIVE = "alive"  # the data plane's liveness check: answered at once by a process that runs
+
+
 class PeerActor:
     """One peer of one stage on this worker: a `StagePeer` (on `cuda` on a GPU worker) that
     announces its address, queue length, samples and throughput EMA in the DHT.
@@ -126,6 +129,10 @@ class PeerActor:
     def _serve(self, method: str, args: tuple) -> Future:
         """Queue one request on the peer's thread (behind the others); the future holds its result
         (in host memory) and `timing`'s queue and compute. Ring traffic is served at once."""
+        if method == ALIVE:  # answered by the connection's reader, not queued: a hung process says nothing
+            alive: Future = Future()
+            alive.set_result(True)
+            return alive
         if method in IMMEDIATE:
             deliver(self.peer.mailbox, method, args, same_process=False)
             done: Future = Future()

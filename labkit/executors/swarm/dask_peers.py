@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from labkit import events
 from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
 from labkit.backends.dask.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, StageDirectory
-from labkit.backends.dask.peer_actor import PeerActor
+from labkit.backends.dask.peer_actor import ALIVE, PeerActor
 from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
-from labkit.backends.dask.trainer_actor import TrainerActor
 from labkit.config import RunConfig
+from labkit.executors.swarm.dask_trainers import RemoteTrainer
 from labkit.runtime.ports import PeerHandle
+from labkit.runtime.background import in_background
 from labkit.runtime.trainer import trainer_name
+from labkit.swarm.deadline import BOUNDARY_FLOOR
 
 if TYPE_CHECKING:
     from labkit.runtime.coordinator import Coordinator
@@ -33,42 +36,13 @@ WORKER_WAIT = 60.0  # seconds a lost trainer waits for a worker to restart on (n
 JOIN_TRIES = 3  # a worker that joined mid-run but failed this often to start a peer is left alone
 
 
-class RemoteTrainer:
-    """A trainer actor on `worker`; `join` waits for its loop to end. Each start is a new life,
-    and the coordinator knows the trainer by `life_name`, so a dead life's calls take no work."""
-
-    def __init__(self, peers: DaskPeers, name: str, worker: str) -> None:
-        self.peers, self.name, self.worker = peers, name, worker
-        self.life_name = name
-        self.started = 0.0  # when its current life was started (monotonic)
-        self._lives = 0
-        self.handle: ActorHandle | None = None  # its current life's actor
-
-    def start(self) -> None:
-        p = self.peers
-        self._lives += 1
-        self.life_name = f"{self.name}#{self._lives}"
-        self.started = time.monotonic()
-        self.handle = p.fleet.start(self.name, TrainerActor, p.fleet.run_id, self.name, self.life_name, p.cfg,
-                                     p.coordinator_address, p.fleet.dht_peers, p.t0_wall,
-                                     key=p.fleet.key(TrainerActor, self.name), worker=self.worker, wait=False)
-
-    def join(self, timeout: float | None = None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.handle is not None and (deadline is None or time.monotonic() < deadline):
-            try:
-                running = self.handle.call("running", timeout=30)
-            except Exception:  # its worker died: the trainer is gone
-                running = False
-            if not running:
-                self.handle.release()
-                self.handle = None
-                return
-            time.sleep(0.2)
-
-    def alive(self) -> bool:
-        """Whether the trainer may still work (no join has seen its loop end)."""
-        return self.handle is not None
+def _answers(check: Callable[[], Any]) -> bool:
+    """Whether a direct liveness check gives a true answer within `BOUNDARY_FLOOR` (any error: no).
+    It runs on a thread of its own: a Dask call to a hung worker blocks until the worker dies."""
+    try:
+        return bool(in_background(check, name="labkit-alive").result(BOUNDARY_FLOOR))
+    except Exception:
+        return False
 
 
 class DaskPeers:
@@ -243,9 +217,27 @@ class DaskPeers:
                 if name in self._announced:  # when it last refreshed its record, not when we read it
                     self._last_seen[name] = max(self._last_seen.get(name, 0.0), now - self._announced[name]["age"])
                 elif name in self._last_seen and now - self._last_seen[name] > ANNOUNCE_TTL:
-                    self._gone(name, f"stopped announcing to the DHT for {ANNOUNCE_TTL:.0f} s")
+                    self._silent(name, now)
             self._check_heartbeats(now)
             self._use_new_workers()
+
+    def _silent(self, name: str, now: float) -> None:
+        """Peer `name`'s DHT record lapsed: it is evicted unless it answers a direct liveness check
+        within `BOUNDARY_FLOOR` (a DHT read can miss live records, as when the node holding them
+        hangs: that must not evict every peer at once)."""
+        peer = self.coordinator.members.peers.get(name)
+        if isinstance(peer, RemotePeer) and _answers(lambda: peer.call(ALIVE).result()):
+            self._still_alive(name, now)
+            return
+        self._gone(name, f"stopped announcing to the DHT for {ANNOUNCE_TTL:.0f} s and did not answer "
+                         f"a liveness check within {BOUNDARY_FLOOR:.0f} s")
+
+    def _still_alive(self, name: str, now: float) -> None:
+        """`name` (a peer, or a trainer's life) answered directly though its DHT record lapsed."""
+        self._last_seen[name] = now
+        c = self.coordinator
+        c.emit(events.setting(c.clock(), name="announce_missed",
+                              value=f"{name}: no DHT record for {ANNOUNCE_TTL:.0f} s, but it answered directly"))
 
     def _check_heartbeats(self, now: float) -> None:
         """A trainer whose heartbeat lapsed (`ANNOUNCE_TTL` after its last) hangs, and one that never
@@ -262,7 +254,11 @@ class DaskPeers:
             elif handle is None:
                 continue
             elif life in self._last_seen and now - self._last_seen[life] > ANNOUNCE_TTL:
-                self._restart(trainer, handle, f"its heartbeat stopped for {ANNOUNCE_TTL:.0f} s (hung)")
+                if _answers(lambda: handle.call("running")):
+                    self._still_alive(life, now)
+                else:
+                    self._restart(trainer, handle, f"its heartbeat stopped for {ANNOUNCE_TTL:.0f} s and it did not "
+                                                   f"answer within {BOUNDARY_FLOOR:.0f} s (hung)")
             elif life not in self._last_seen and now - trainer.started > START_TIMEOUT:
                 self._restart(trainer, handle, f"it did not start on {handle.worker} within {START_TIMEOUT:.0f} s")
 
