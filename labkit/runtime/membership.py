@@ -159,16 +159,16 @@ class Membership:
             if not (isinstance(stage, int) and 0 <= stage < c.cfg.stages):
                 raise ValueError(f"stage={stage!r} is not allowed: an integer in [0, {c.cfg.stages - 1}] or None")
             name, version, bounds, neighbours = self._next_name(stage), c.version, self.bounds, self.live(stage)
-            state = c.checkpoints.latest.shard(stage)  # an emptied stage: the run went back to this checkpoint
-        try:
-            peer = c.factory.start_peer(name, stage, None if neighbours else state, source=(neighbours or [None])[0],
-                                        delay=0.0, running=c.running, emulates=emulates)
+        try:  # an emptied stage's peer starts from the checkpoint the run goes back to
+            peer = c.factory.start_peer(name, stage, None if neighbours else c.checkpoints.latest.shard(stage),
+                                        source=(neighbours or [None])[0], delay=0.0, running=c.running, emulates=emulates)
         except Exception:
             if not neighbours:
                 raise
-            # the neighbour (or the worker) may have died during the download: start from the checkpoint,
-            peer = c.factory.start_peer(name, stage, state, source=None, delay=0.0, running=c.running, emulates=emulates)
-            version = -1  # and catch up below
+            # the download failed (the neighbour or the worker died): from the newest checkpoint, then catch up
+            peer = c.factory.start_peer(name, stage, c.checkpoints.latest.shard(stage), source=None, delay=0.0,
+                                        running=c.running, emulates=emulates)
+            version = -1
         with c.lock:
             try:
                 c.live_or_raise("add_peer")

@@ -114,6 +114,10 @@ class FakePeer(StepTaking):
     def load_state(self, state: dict[str, Any]) -> None:
         self.state_ = dict(state)
 
+    def copy_from(self, contact: FakePeer) -> None:
+        """A joiner's catch-up: the state of a live neighbour."""
+        self.load_state(contact.state())
+
     def set_delay(self, seconds: float) -> None:
         self.delay = seconds
 
@@ -134,6 +138,7 @@ class FakePeers:
         self.made: dict[str, FakePeer] = {}
         self.places: dict[str, str | None] = {}  # name -> the peer whose place in a world it took
         self.admitted: list[str] = []
+        self.started_from: dict[str, Any] = {}  # name -> the state (or shard path) it started from, or its source's name
         self.starting: Any = None  # a callable run inside start_peer: a test holds a start there
         self.ticks = 0.0
 
@@ -146,6 +151,7 @@ class FakePeers:
 
     def start_peer(self, name: str, stage: int, state: dict[str, Any] | str | None, *, source: FakePeer | None,
                    delay: float, running: bool, emulates: str | None = None) -> FakePeer:
+        self.started_from[name] = source.name if source is not None else state
         state = source.state() if source is not None else state if isinstance(state, dict) else {"shard": state}
         peer = FakePeer(name, stage, dict(state), self.coordinator.cfg.sync.mode == "diloco")
         if self.starting is not None:

@@ -5,6 +5,7 @@ credits them; the fake peers reduce among themselves with the real ring."""
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 import threading
 
 import pytest
@@ -248,6 +249,25 @@ def test_a_joiner_starts_without_the_lock_and_enters_with_the_state_committed_me
     assert joined == ["s0p2"] and peers.admitted == ["s0p2"]
     assert peers.made["s0p2"].state_ == peers.made["s0p0"].state() and peers.made["s0p0"].state()["steps_taken"] == 1
     assert [e["peer"] for e in log.history("peer") if e["state"] == "joined"][-1] == "s0p2"
+
+
+def test_a_joiner_whose_download_fails_starts_from_the_checkpoint_that_is_newest_then() -> None:
+    """The neighbour leaves during the download, while a newer checkpoint replaces (and deletes) the
+    one there was when the join began: the joiner starts from the newest, then catches up."""
+    c, peers, _ = _coordinator()
+    c.running = True
+    first = c.checkpoints.latest
+
+    def download_fails() -> None:
+        peers.starting = None
+        c.checkpoints.write_now(1, c.cfg, c.schedule, [{"params": {"stage": s}, "optimizer": None} for s in range(2)])
+        raise ConnectionError("s0p0 left during the download")
+
+    peers.starting = download_fails
+    name = c.members.add_peer(0)
+    assert not Path(first.shard(0)).exists(), "the checkpoint of the join's start was deleted"
+    assert peers.started_from[name] == c.checkpoints.latest.shard(0) != first.shard(0)
+    assert peers.made[name].state_ == peers.made["s0p0"].state(), "it caught up from a live neighbour"
 
 
 def test_a_credit_to_a_peer_that_is_gone_is_withdrawn_at_the_boundary() -> None:
