@@ -36,11 +36,11 @@ WORKER_WAIT = 60.0  # seconds a lost trainer waits for a worker to restart on (n
 JOIN_TRIES = 3  # a worker that joined mid-run but failed this often to start a peer is left alone
 
 
-def _answers(check: Callable[[], Any]) -> bool:
-    """Whether a direct liveness check gives a true answer within `BOUNDARY_FLOOR` (any error: no).
+def _answers(check: Callable[[], Any], wait: float) -> bool:
+    """Whether a direct liveness check gives a true answer within `wait` seconds (any error: no).
     It runs on a thread of its own: a Dask call to a hung worker blocks until the worker dies."""
     try:
-        return bool(in_background(check, name="labkit-alive").result(BOUNDARY_FLOOR))
+        return bool(in_background(check, name="labkit-alive").result(wait))
     except Exception:
         return False
 
@@ -223,19 +223,24 @@ class DaskPeers:
 
     def _silent(self, name: str, now: float) -> None:
         """Peer `name`'s DHT record lapsed: it is evicted unless it answers a direct liveness check
-        within `BOUNDARY_FLOOR` (a DHT read can miss live records, as when the node holding them
-        hangs: that must not evict every peer at once)."""
-        peer = self.coordinator.members.peers.get(name)
-        if isinstance(peer, RemotePeer) and _answers(lambda: peer.call(ALIVE).result()):
+        within `_check_wait` (a DHT read can miss live records, as when the node holding them hangs:
+        that must not evict every peer at once)."""
+        peer, wait = self.coordinator.members.peers.get(name), self._check_wait()
+        if isinstance(peer, RemotePeer) and _answers(lambda: peer.call(ALIVE).result(), wait):
             self._still_alive(name, now)
             return
         self._gone(name, f"stopped announcing to the DHT for {ANNOUNCE_TTL:.0f} s and did not answer "
-                         f"a liveness check within {BOUNDARY_FLOOR:.0f} s")
+                         f"a liveness check within {wait:.1f} s")
+
+    def _check_wait(self) -> float:
+        """How long a liveness check waits: the longest deadline the step boundary has learnt for
+        its requests (each `BOUNDARY_FLOOR` at least), or that floor before any is learnt."""
+        learnt = [d.seconds() for _, d in self.coordinator.deadlines.items() if d.srtt is not None]
+        return max([BOUNDARY_FLOOR, *learnt])
 
     def _still_alive(self, name: str, now: float) -> None:
         """`name` (a peer, or a trainer's life) answered directly though its DHT record lapsed."""
-        self._last_seen[name] = now
-        c = self.coordinator
+        self._last_seen[name], c = now, self.coordinator
         c.emit(events.setting(c.clock(), name="announce_missed",
                               value=f"{name}: no DHT record for {ANNOUNCE_TTL:.0f} s, but it answered directly"))
 
@@ -254,11 +259,11 @@ class DaskPeers:
             elif handle is None:
                 continue
             elif life in self._last_seen and now - self._last_seen[life] > ANNOUNCE_TTL:
-                if _answers(lambda: handle.call("running")):
+                if _answers(lambda: handle.call("running"), wait := self._check_wait()):
                     self._still_alive(life, now)
                 else:
                     self._restart(trainer, handle, f"its heartbeat stopped for {ANNOUNCE_TTL:.0f} s and it did not "
-                                                   f"answer within {BOUNDARY_FLOOR:.0f} s (hung)")
+                                                   f"answer within {wait:.1f} s (hung)")
             elif life not in self._last_seen and now - trainer.started > START_TIMEOUT:
                 self._restart(trainer, handle, f"it did not start on {handle.worker} within {START_TIMEOUT:.0f} s")
 
