@@ -73,7 +73,8 @@ class DaskPeers:
     # -- peers and trainers --------------------------------------------------------------------
     def start_trainers(self, count: int) -> list[RemoteTrainer]:
         """One trainer per free worker (CPU workers first); with too few, they share them."""
-        return [RemoteTrainer(self, trainer_name(i), worker) for i, worker in enumerate(self.fleet.trainer_workers(count))]
+        return [RemoteTrainer(self.fleet, self.cfg, self.coordinator_address, self.t0_wall, trainer_name(i), worker)
+                for i, worker in enumerate(self.fleet.trainer_workers(count))]
 
     def start_peer(self, name: str, stage: int, state: dict[str, Any] | str | None, *, source: PeerHandle | None,
                    delay: float, running: bool, emulates: str | None = None) -> RemotePeer:
@@ -235,8 +236,7 @@ class DaskPeers:
     def _check_wait(self) -> float:
         """How long a liveness check waits: the longest deadline the step boundary has learnt for
         its requests (each `BOUNDARY_FLOOR` at least), or that floor before any is learnt."""
-        learnt = [d.seconds() for _, d in self.coordinator.deadlines.items() if d.srtt is not None]
-        return max([BOUNDARY_FLOOR, *learnt])
+        return max([BOUNDARY_FLOOR, *(d.seconds() for _, d in self.coordinator.deadlines.items() if d.srtt is not None)])
 
     def _still_alive(self, name: str, now: float) -> None:
         """`name` (a peer, or a trainer's life) answered directly though its DHT record lapsed."""

@@ -6,34 +6,33 @@ new life with a name of its own, so the coordinator can tell a dead life's calls
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
-from labkit.backends.dask.actor_fleet import ActorHandle
+from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
 from labkit.backends.dask.trainer_actor import TrainerActor
-
-if TYPE_CHECKING:
-    from labkit.executors.swarm.dask_peers import DaskPeers
+from labkit.config import RunConfig
 
 
 class RemoteTrainer:
-    """A trainer actor on `worker`; `join` waits for its loop to end. Each start is a new life,
-    and the coordinator knows the trainer by `life_name`, so a dead life's calls take no work."""
+    """A trainer actor of `fleet`'s run on `worker`, taking work from the coordinator at
+    `coordinator` ("host:port"); `join` waits for its loop to end. Each start is a new life, and the
+    coordinator knows the trainer by `life_name`, so a dead life's calls take no work."""
 
-    def __init__(self, peers: DaskPeers, name: str, worker: str) -> None:
-        self.peers, self.name, self.worker = peers, name, worker
+    def __init__(self, fleet: ActorFleet, cfg: RunConfig, coordinator: str, t0_wall: float, name: str,
+                 worker: str) -> None:
+        self.fleet, self.cfg, self.coordinator, self.t0_wall = fleet, cfg, coordinator, t0_wall
+        self.name, self.worker = name, worker
         self.life_name = name
         self.started = 0.0  # when its current life was started (monotonic)
         self._lives = 0
         self.handle: ActorHandle | None = None  # its current life's actor
 
     def start(self) -> None:
-        p = self.peers
+        f = self.fleet
         self._lives += 1
         self.life_name = f"{self.name}#{self._lives}"
         self.started = time.monotonic()
-        self.handle = p.fleet.start(self.name, TrainerActor, p.fleet.run_id, self.name, self.life_name, p.cfg,
-                                     p.coordinator_address, p.fleet.dht_peers, p.t0_wall,
-                                     key=p.fleet.key(TrainerActor, self.name), worker=self.worker, wait=False)
+        self.handle = f.start(self.name, TrainerActor, f.run_id, self.name, self.life_name, self.cfg, self.coordinator,
+                              f.dht_peers, self.t0_wall, key=f.key(TrainerActor, self.name), worker=self.worker, wait=False)
 
     def join(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
