@@ -71,7 +71,7 @@ def announce_loop(worker: Any, key: str, actor: object, stopped: threading.Event
             return
 
 
-ALIVE = "alive"  # the data plane's liveness check: answered at once by a process that runs
+ALIVE = "alive"  # the data plane's liveness check: answered at once, True while the peer serves
 
 
 class PeerActor:
@@ -131,7 +131,7 @@ class PeerActor:
         (in host memory) and `timing`'s queue and compute. Ring traffic is served at once."""
         if method == ALIVE:  # answered by the connection's reader, not queued: a hung process says nothing
             alive: Future = Future()
-            alive.set_result(True)
+            alive.set_result(self.serving)
             return alive
         if method in IMMEDIATE:
             deliver(self.peer.mailbox, method, args, same_process=False)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from labkit import events
@@ -23,10 +22,9 @@ from labkit.backends.dask.peer_actor import ALIVE, PeerActor
 from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
 from labkit.config import RunConfig
 from labkit.executors.swarm.dask_trainers import RemoteTrainer
+from labkit.executors.swarm.liveness import answers, check_wait
 from labkit.runtime.ports import PeerHandle
-from labkit.runtime.background import in_background
 from labkit.runtime.trainer import trainer_name
-from labkit.swarm.deadline import BOUNDARY_FLOOR
 
 if TYPE_CHECKING:
     from labkit.runtime.coordinator import Coordinator
@@ -34,15 +32,6 @@ if TYPE_CHECKING:
 
 WORKER_WAIT = 60.0  # seconds a lost trainer waits for a worker to restart on (nannies take a few)
 JOIN_TRIES = 3  # a worker that joined mid-run but failed this often to start a peer is left alone
-
-
-def _answers(check: Callable[[], Any], wait: float) -> bool:
-    """Whether a direct liveness check gives a true answer within `wait` seconds (any error: no).
-    It runs on a thread of its own: a Dask call to a hung worker blocks until the worker dies."""
-    try:
-        return bool(in_background(check, name="labkit-alive").result(wait))
-    except Exception:
-        return False
 
 
 class DaskPeers:
@@ -174,13 +163,18 @@ class DaskPeers:
             if trainer.handle is not handle or c.stopped.is_set():  # a life it left behind, hung
                 return
             c.trainer_lost(trainer.life_name, reason)
-            if (worker := self._trainer_worker(avoid=handle.worker)) is None:
-                if not c.stopped.is_set():
-                    c.fail(RuntimeError(f"trainer {trainer.name} was lost ({reason}) and no Dask worker "
-                                        f"was there to restart it on within {WORKER_WAIT:.0f} s"))
+            try:
+                if (worker := self._trainer_worker(avoid=handle.worker)) is None:
+                    if not c.stopped.is_set():
+                        c.fail(RuntimeError(f"trainer {trainer.name} was lost ({reason}) and no Dask worker "
+                                            f"was there to restart it on within {WORKER_WAIT:.0f} s"))
+                    return
+                trainer.worker = worker
+                trainer.start()
+            except Exception as exc:  # the scheduler did not answer: the heartbeat watch tries again
+                c.emit(events.setting(c.clock(), name="trainer_restart_failed", value=f"{trainer.name}: {exc!r}"))
                 return
-            trainer.worker = worker
-            trainer.start()
+            handle.release()  # the old life's actor goes (a start still queued on its worker is dropped)
 
     def _trainer_worker(self, avoid: str) -> str | None:
         """A worker other than `avoid` for a restarted trainer (a free one, or one it shares),
@@ -227,16 +221,15 @@ class DaskPeers:
         within `_check_wait` (a DHT read can miss live records, as when the node holding them hangs:
         that must not evict every peer at once)."""
         peer, wait = self.coordinator.members.peers.get(name), self._check_wait()
-        if isinstance(peer, RemotePeer) and _answers(lambda: peer.call(ALIVE).result(), wait):
+        if isinstance(peer, RemotePeer) and answers(lambda: peer.call(ALIVE).result(wait), wait):
             self._still_alive(name, now)
             return
         self._gone(name, f"stopped announcing to the DHT for {ANNOUNCE_TTL:.0f} s and did not answer "
                          f"a liveness check within {wait:.1f} s")
 
     def _check_wait(self) -> float:
-        """How long a liveness check waits: the longest deadline the step boundary has learnt for
-        its requests (each `BOUNDARY_FLOOR` at least), or that floor before any is learnt."""
-        return max([BOUNDARY_FLOOR, *(d.seconds() for _, d in self.coordinator.deadlines.items() if d.srtt is not None)])
+        """How long a liveness check waits (`liveness.check_wait` of the step boundary's deadlines)."""
+        return check_wait(d for _, d in self.coordinator.deadlines.items())
 
     def _still_alive(self, name: str, now: float) -> None:
         """`name` (a peer, or a trainer's life) answered directly though its DHT record lapsed."""
@@ -259,7 +252,7 @@ class DaskPeers:
             elif handle is None:
                 continue
             elif life in self._last_seen and now - self._last_seen[life] > ANNOUNCE_TTL:
-                if _answers(lambda: handle.call("running"), wait := self._check_wait()):
+                if answers(lambda: handle.call("running", timeout=wait), wait := self._check_wait()):
                     self._still_alive(life, now)
                 else:
                     self._restart(trainer, handle, f"its heartbeat stopped for {ANNOUNCE_TTL:.0f} s and it did not "
