@@ -43,6 +43,7 @@ from distributed import Client, LocalCluster
 
 import labkit
 from labkit.backends.dask.connect import DETACH
+from labkit.backends.dask.workers import cluster_workers
 from labkit.config import DataConfig, ModelConfig, RunConfig
 
 
@@ -53,7 +54,7 @@ class Kill:
     at: float
     role: str  # "peer" or "trainer" (SIGKILL), "hung peer" or "hung trainer" (SIGSTOP, then SIGKILL)
     name: str
-    killed: float = 0.0  # when its process was SIGKILLed (a hung worker's: `--hang-seconds` after `at`)
+    killed: float = float("inf")  # when its process was SIGKILLed (a hung one's: `--hang-seconds` after `at`)
     evicted: float | None = None  # hung: seconds to the run's `killed` event for it (a trainer: `trainer_lost`)
     next_step: float | None = None  # seconds to the first step after it
     serving: float | None = None  # seconds to the replacement's first hop
@@ -155,7 +156,7 @@ def victim(client: Client, rng: random.Random, hung: Collection[str]) -> tuple[s
     stage keeps another that is not `hung`; None when there is none, or a worker died while asked
     (the next fault comes later). Hung workers are not asked: they never answer."""
     try:
-        held = client.run(roles, workers=[w for w in client.scheduler_info()["workers"] if w not in hung])
+        held = client.run(roles, workers=[w for w in cluster_workers(client) if w not in hung])
     except OSError:  # a worker went while the scheduler broadcast to it (distributed's CommClosedError)
         return None
     live = [r for rs in held.values() for r in rs]
@@ -192,7 +193,8 @@ def chaos(minutes: float, kill_every: float, rng: random.Random, hang_share: flo
                     try:
                         pid = client.run(os.getpid, workers=[worker])[worker]
                         os.kill(pid, signal.SIGSTOP if hang else signal.SIGKILL)
-                        kills.append(Kill(time.monotonic(), f"hung {role}" if hang else role, name, killed=time.monotonic()))
+                        kills.append(Kill(time.monotonic(), f"hung {role}" if hang else role, name))
+                        kills[-1].killed = float("inf") if hang else kills[-1].at
                         if hang:
                             hung[worker] = pid, kills[-1]
                     except Exception as exc:  # the worker went meanwhile
@@ -207,8 +209,9 @@ def chaos(minutes: float, kill_every: float, rng: random.Random, hang_share: flo
                       f"step {state['step']} ({state['status']}), kills {len(kills)}", flush=True)
             time.sleep(min(0.2, max(0.0, min(next_kill, end) - time.monotonic())))
         rate = tokens_per_second(stamps, start, time.monotonic())
-        for pid, _ in hung.values():  # still hung at the end: its nanny restarts it, the cluster closes
+        for pid, hang in hung.values():  # still hung at the end: its nanny restarts it, the cluster closes
             os.kill(pid, signal.SIGKILL)
+            hang.killed = time.monotonic()
         samples.append((minutes, *sample()))
         live = {s["stage"]: len(s["peers"]) for s in run.state()["stages"]}
         print(f"live peers per stage at the end: {live}", flush=True)
@@ -221,9 +224,10 @@ def chaos(minutes: float, kill_every: float, rng: random.Random, hang_share: flo
 
 def recoveries(kills: list[Kill], stamps: Stamps) -> None:
     """Fill each fault's seconds to the next step and to its replacement's first hop, and a hung
-    peer's seconds to its eviction: a killed peer's replacement is the peer of the first worker that
-    joined after its SIGKILL (each join answers one, in order: the nanny restarts every killed
-    worker); a trainer restarts under its name."""
+    worker's seconds to its eviction. The nanny restarts every killed worker, and each restart joins
+    as a peer: in SIGKILL order, each fault takes the first join after its SIGKILL, and a peer's
+    replacement is that join's peer (its seconds to serve count from the SIGKILL); a trainer's is
+    itself, restarted under its name (counted from the fault)."""
     joins = [(t, e["value"].split(" serves ")[-1]) for t, e in stamps.events
              if e["type"] == "setting" and e["name"] == "worker_joined"]
     for kill in sorted(kills, key=lambda k: k.killed):
@@ -233,17 +237,16 @@ def recoveries(kills: list[Kill], stamps: Stamps) -> None:
             out = stamps.after(kill.at, lambda e, n=kill.name: (e["type"] == "peer" and e["peer"] == n and e["state"] == "killed")
                                or (e["type"] == "setting" and e["name"] == "trainer_lost" and e["value"].startswith(n + "#")))
             kill.evicted = None if out is None else out[0] - kill.at
-        if kill.role.endswith("trainer"):
-            kill.replacement = kill.name
-        else:
-            joined = next((j for j in joins if j[0] >= kill.killed), None)
-            if joined is not None:
-                joins.remove(joined)
-                kill.replacement = joined[1]
+        joined = next((j for j in joins if j[0] >= kill.killed), None)
+        if joined is not None:
+            joins.remove(joined)
+        trainer = kill.role.endswith("trainer")
+        kill.replacement = kill.name if trainer else None if joined is None else joined[1]
         if kill.replacement is not None:
-            hop = stamps.after(kill.at, lambda e, r=kill.replacement: e["type"] == "hop"
-                               and (e["trainer"].split("/")[0] == r if kill.role.endswith("trainer") else e["peer"] == r))
-            kill.serving = None if hop is None else hop[0] - kill.at
+            since = kill.at if trainer else kill.killed
+            hop = stamps.after(since, lambda e, r=kill.replacement: e["type"] == "hop"
+                               and (e["trainer"].split("/")[0] == r if trainer else e["peer"] == r))
+            kill.serving = None if hop is None else hop[0] - since
 
 
 def accounting(stamps: Stamps) -> tuple[int, int, float]:
