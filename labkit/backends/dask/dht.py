@@ -143,6 +143,9 @@ class StageDirectory:
     def _key(self, stage: int) -> str:
         return f"labkit/{self.run_id}/stage{stage}"
 
+    def _trainers_key(self) -> str:
+        return f"labkit/{self.run_id}/trainers"
+
     def announce(self, name: str, stage: int, key: str, info: dict[str, Any]) -> bool:
         """Publish (or refresh) peer `name`, served by actor `key`, as live on `stage` for
         `ANNOUNCE_TTL` seconds."""
@@ -156,22 +159,25 @@ class StageDirectory:
     def beat(self, life: str) -> bool:
         """Trainer life `life` ("t0#2") is alive for `ANNOUNCE_TTL` seconds more: a trainer's
         heartbeat, as a peer's record is its own (a hung trainer's lapses)."""
-        return self.node.store(f"labkit/{self.run_id}/trainers", life, {"life": life}, ANNOUNCE_TTL)
+        return self.node.store(self._trainers_key(), life, {"life": life}, ANNOUNCE_TTL)
 
     def heartbeats(self) -> dict[str, float]:
         """Each trainer life whose heartbeat is live: seconds since its last one."""
-        found = self.node.get_many([f"labkit/{self.run_id}/trainers"])
-        now = get_dht_time()
-        return {info["life"]: max(0.0, now - (info["expires"] - ANNOUNCE_TTL))
-                for info in next(iter(found.values())).values() if isinstance(info, dict) and "life" in info}
+        records, now = self.node.get_many([self._trainers_key()])[self._trainers_key()], get_dht_time()
+        return {info["life"]: _age(info, now) for info in records.values() if isinstance(info, dict) and "life" in info}
 
     def discover(self) -> dict[str, dict[str, Any]]:
         """Live peers of every stage: name -> their latest record, with its "age": seconds since
         the peer last refreshed it (its heartbeat)."""
         found = self.node.get_many([self._key(s) for s in range(self.stages)])
         now = get_dht_time()
-        return {info["name"]: info | {"age": max(0.0, now - (info["expires"] - ANNOUNCE_TTL))}
+        return {info["name"]: info | {"age": _age(info, now)}
                 for records in found.values() for info in records.values() if not info.get("gone")}
+
+
+def _age(record: dict[str, Any], now: float) -> float:
+    """Seconds since `record` was last stored (refreshed): its expiry less its lifetime."""
+    return max(0.0, now - (record["expires"] - ANNOUNCE_TTL))
 
 
 _NODES: dict[str, DhtNode] = {}

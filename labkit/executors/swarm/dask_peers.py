@@ -163,6 +163,7 @@ class DaskPeers:
             if trainer.handle is not handle or c.stopped.is_set():  # a life it left behind, hung
                 return
             c.trainer_lost(trainer.life_name, reason)
+            self._last_seen.pop(trainer.life_name, None)  # a lost life is never judged again
             try:
                 if (worker := self._trainer_worker(avoid=handle.worker)) is None:
                     if not c.stopped.is_set():
