@@ -4,6 +4,7 @@ reaped when a test ends, even when it fails."""
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 
 import psutil
@@ -63,3 +64,21 @@ def _shared_helper(process: psutil.Process) -> bool:
         return any(part in " ".join(process.cmdline()) for part in ("resource_tracker", "forkserver"))
     except psutil.Error:
         return True
+
+
+SIGINT_AT_START = signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+@pytest.fixture(autouse=True)
+def sigint_left_as_found() -> Iterator[None]:
+    """A test (or a fixture it set up) that leaves this process ignoring or blocking SIGINT fails
+    here, and the disposition the session started with is put back: children inherit both, so a
+    later test's `labkit` child would not see its Ctrl-C."""
+    yield
+    left = signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if left != SIGINT_AT_START:
+        handler, mask = SIGINT_AT_START
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        pytest.fail(f"SIGINT was left as (handler {left[0]!r}, blocked {sorted(left[1])}); the session began "
+                    f"with (handler {handler!r}, blocked {sorted(mask)})")

@@ -203,6 +203,36 @@ def test_a_stale_handle_on_a_stopped_peer_fails_at_once(cluster) -> None:
             client.run(release, run_id, workers=[host])
 
 
+def test_a_joiner_whose_source_has_left_fails_at_once_and_frees_its_worker(cluster) -> None:
+    """A joiner downloads its state over the source's data plane: from a live source it gets the
+    state bit for bit; from one that has left (a chaos kill mid-join) it fails within seconds,
+    where the Dask actor call it used before waited `START_TIMEOUT` on the worker's only thread."""
+    cfg = RunConfig(model=ModelConfig(size="nano"), stages=1, peers=1)
+    state = initial_states(cfg)[0]
+    run_id = uuid.uuid4().hex[:12]
+    with Client(cluster.scheduler_address) as client:
+        host, joiner = sorted(cluster_workers(client))[:2]
+
+        def start(name: str, source: str | None) -> RemotePeer:
+            key = f"labkit-peer-{run_id}-{name}"
+            return RemotePeer(name, 0, key, joiner if source else host,
+                              owner=client.submit(PeerActor, run_id, key, name, 0, cfg, None if source else state, 0.0,
+                                                  [], source, key=key, actor=True, workers=[joiner if source else host],
+                                                  allow_other_workers=False))
+        try:
+            source = start("s0p0", None)
+            address = source.contact
+            copy = start("s0p1", address)
+            assert _equal_states(copy.call("state").result(60), source.call("state").result(60))
+            source.close()
+            began = time.monotonic()
+            with pytest.raises(Exception, match="PeerDied|the peer at"):
+                start("s0p2", address).actor
+            assert time.monotonic() - began < 30, f"the download failed after {time.monotonic() - began:.1f} s"
+        finally:
+            client.run(release, run_id, workers=[host, joiner])
+
+
 def _equal_states(a, b) -> bool:
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)

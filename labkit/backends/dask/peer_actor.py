@@ -1,8 +1,8 @@
 """The peer actor: one replica of one stage on a Dask worker, announced in the DHT.
 
 Requests come over the peer's own data plane (labkit/runtime/sockets.py: a TCP server on the
-worker's host, its address announced as "data"), and a joining neighbour's state download over
-the actor's `call`; both queue on the peer's own thread. Actor methods are `async def`: an actor
+worker's host, its address announced as "data"), a joining neighbour's state download too; they
+queue on the peer's own thread. Actor methods are `async def`: an actor
 runs sync methods on one thread per worker, where a long call would block every other. Each peer announces itself in the DHT once its worker has registered it, and then every
 `ANNOUNCE_PERIOD` seconds until it stops.
 """
@@ -78,16 +78,16 @@ class PeerActor:
     """One peer of one stage on this worker: a `StagePeer` (on `cuda` on a GPU worker) that
     announces its address, queue length, samples and throughput EMA in the DHT.
 
-    It starts from `state`, or downloads the state from the live neighbour whose actor is at
-    `source` = (worker address, actor key), worker to worker; it announces itself at once, or
+    It starts from `state`, or downloads the state from the live neighbour whose data plane is at
+    `source` ("host:port"), worker to worker; it announces itself at once, or
     (`live=False`, a peer joining mid-run) once `go_live` is called."""
 
     def __init__(self, run_id: str, key: str, name: str, stage: int, cfg: RunConfig, state: dict[str, Any] | None,
-                 delay: float, dht_peers: list[str], source: tuple[str, str] | None = None, live: bool = True,
+                 delay: float, dht_peers: list[str], source: str | None = None, live: bool = True,
                  emulates: str | None = None) -> None:
         prepare_worker(cfg)
-        if source is not None:  # a source that left meanwhile may never answer: give up, freeing the worker's thread
-            state, _ = peer_actor(*source).call("state").result(START_TIMEOUT)
+        if source is not None:  # over its data plane: a source that dies meanwhile fails the download at once
+            state = Neighbour(source).call("state").result(START_TIMEOUT)  # a hung one: give the worker's thread back
         state = stage_state(state)
         device = "cuda" if gpu_worker() and torch.cuda.is_available() else "cpu"
         self.peer = StagePeer(name, stage, stage_module(cfg, stage, state["params"]), cfg, device, emulates)
@@ -153,14 +153,6 @@ class PeerActor:
 
         served.add_done_callback(answer)
         return out
-
-    async def call(self, method: str, *args: Any) -> tuple[Any, dict[str, float]]:
-        """A request over the Dask actor call (a joining neighbour downloads the state so): its
-        result and where its time went here, as the data plane reports it."""
-        arrived = time.time()
-        served = self._serve(method, args)
-        result = await asyncio.wrap_future(served)
-        return result, {**timing(served), "arrived": arrived, "left": time.time()}
 
     async def stop(self, crash: bool) -> None:
         """Leave the swarm: crash (drop everything at once, as a crash would; the coordinator

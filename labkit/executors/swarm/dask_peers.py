@@ -74,7 +74,7 @@ class DaskPeers:
         its state, silent until `admit`."""
         f = self.fleet
         key = f.key(PeerActor, name)
-        origin = None if source is None else (source.worker, source.key)
+        origin = None if source is None else source.contact
         spread = [p.worker for p in self.coordinator.members.peers.values() if p.stage == stage]
         handle = f.start(name, PeerActor, f.run_id, key, name, stage, self.coordinator.cfg, state, delay, f.dht_peers,
                          origin, not running, emulates, key=key, spread=spread, wait=running)
