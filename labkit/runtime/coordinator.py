@@ -179,17 +179,17 @@ class Coordinator:
         self.members.stage_empty(stage)
 
     def peer_timed_out(self, name: str, may_have_accumulated: bool) -> None:
-        """A trainer gave up on peer `name` and banned it (a `banned` event). If the request may have
-        accumulated a gradient after all, the boundary drops it (no one-trip step until then)."""
+        """A trainer gave up on peer `name` and banned it (a `banned` event), and the backend checks
+        it is alive. If the request may have accumulated a gradient after all, the boundary drops it."""
         with self.lock:
-            peer = self.members.peers.get(name)
-            if peer is None:
+            if (peer := self.members.peers.get(name)) is None:
                 return
             if may_have_accumulated:
                 self.suspects.add(name)
             during = "a request that may accumulate a gradient" if may_have_accumulated else "a forward"
             self.emit(events.peer(self.clock(), peer=name, stage=peer.stage, state="banned", queue=peer.queue_length)
                       | {"reason": f"timeout during {during}"})
+        self.factory.suspect(name)
 
     def peer_failed(self, name: str, exc: BaseException) -> None:
         self.members.evict(name, f"error: {type(exc).__name__}: {exc}")

@@ -158,5 +158,8 @@ class PeerFactory(Protocol):
     def started(self) -> None:
         """The first peers were asked for: wait until they serve, and start watching them."""
 
+    def suspect(self, name: str) -> None:
+        """A trainer's request to peer `name` timed out: evict it now if it hangs (without waiting)."""
+
     def close(self) -> None:
         """The run is over: release what the backend holds (DHT nodes, ...)."""

@@ -25,7 +25,8 @@ from distributed import Client, LocalCluster
 
 import labkit
 from labkit import AtomConfig, ModelConfig, RunConfig, TaskPoolConfig
-from labkit.backends.dask.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL
+from labkit.backends.dask.dht import ANNOUNCE_PERIOD
+from labkit.executors.swarm.liveness import SUSPECT_AFTER
 from labkit.swarm.deadline import BOUNDARY_FLOOR
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
@@ -37,9 +38,9 @@ pytestmark = pytest.mark.slow
 DETECT_SECONDS = 15.0  # a kill to its `killed` event, on a loaded CI machine
 STALL_SECONDS = 30.0  # the longest gap between two steps of a run that loses workers
 # a SIGSTOP to the hung peer's eviction (or a hung trainer's restart): its DHT record (or heartbeat)
-# lapses ANNOUNCE_TTL after its last refresh, seen within an ANNOUNCE_PERIOD; a direct liveness check
-# then waits BOUNDARY_FLOOR or more; plus the same slack for a loaded CI machine as a kill's detection
-HUNG_SECONDS = ANNOUNCE_TTL + ANNOUNCE_PERIOD + BOUNDARY_FLOOR + DETECT_SECONDS
+# is SUSPECT_AFTER old at most an ANNOUNCE_PERIOD later (a trainer's timed-out request may come
+# sooner), and the direct liveness check then waits at most BOUNDARY_FLOOR; plus slack for a loaded CI machine
+HUNG_SECONDS = SUSPECT_AFTER + ANNOUNCE_PERIOD + BOUNDARY_FLOOR + 5.0
 
 
 @pytest.fixture(scope="module")

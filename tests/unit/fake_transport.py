@@ -140,6 +140,7 @@ class FakePeers:
         self.admitted: list[str] = []
         self.started_from: dict[str, Any] = {}  # name -> the state (or shard path) it started from, or its source's name
         self.starting: Any = None  # a callable run inside start_peer: a test holds a start there
+        self.suspected: list[str] = []  # peers a trainer's timeout asked the backend to check
         self.ticks = 0.0
 
     def clock(self) -> float:
@@ -168,6 +169,9 @@ class FakePeers:
 
     def started(self) -> None:
         pass
+
+    def suspect(self, name: str) -> None:
+        self.suspected.append(name)
 
     def close(self) -> None:
         pass

@@ -105,6 +105,7 @@ def test_a_late_backward_after_a_timeout_is_dropped_not_evicted_and_recomputed()
     assert str(task.key) in commit.drop["s1p1"]
     banned, = [e for e in log.history("peer") if e["state"] == "banned"]
     assert banned["peer"] == "s1p1" and "may accumulate" in banned["reason"]
+    assert peers.suspected == ["s1p1"], "the backend is asked whether the peer hangs"
     assert not [e for e in log.history("peer") if e["state"] == "killed"] and peers.made["s1p1"].samples == 0
     _play_step(c, peers, {0: ["s0p0"], 1: ["s1p0"]})
     _boundary(c)

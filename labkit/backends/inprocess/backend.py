@@ -50,6 +50,9 @@ class ThreadPeers:
     def started(self) -> None:
         """Peer threads serve from the moment they exist: nothing to wait for."""
 
+    def suspect(self, name: str) -> None:
+        """A peer thread cannot hang apart from its process: a slow one is only banned."""
+
     def close(self) -> None:
         """Nothing outlives the peers here."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from labkit import events
@@ -22,7 +23,7 @@ from labkit.backends.dask.peer_actor import ALIVE, PeerActor
 from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
 from labkit.config import RunConfig
 from labkit.executors.swarm.dask_trainers import RemoteTrainer
-from labkit.executors.swarm.liveness import answers, check_wait
+from labkit.executors.swarm.liveness import SUSPECT_AFTER, Probes
 from labkit.runtime.ports import PeerHandle
 from labkit.runtime.trainer import trainer_name
 
@@ -51,6 +52,8 @@ class DaskPeers:
         self._restarts = threading.Lock()  # one restart of a trainer at a time (its worker left, or it hangs)
         self._joining: set[str] = set()  # workers that joined mid-run, a peer starting on each
         self._failures: dict[str, int] = {}  # such workers whose peer failed to start: how often
+        self._probes = Probes()  # direct liveness checks under way
+        self._turn = 0  # whose turn it is for a routine liveness check
 
     def clock(self) -> float:
         """Seconds since the run started, on the wall clock every worker shares."""
@@ -200,8 +203,7 @@ class DaskPeers:
         self.coordinator.members.evict(name, reason)
 
     def _watch(self) -> None:
-        """Every announce period: read the DHT, evict peers silent for `ANNOUNCE_TTL`, and give
-        workers that joined the cluster a peer."""
+        """Every announce period: read the DHT, check who fell silent there, give new workers a peer."""
         c = self.coordinator
         while not c.stopped.wait(ANNOUNCE_PERIOD):
             try:
@@ -212,36 +214,39 @@ class DaskPeers:
             for name in list(c.members.peers):  # a copy, not the registry: a boundary waiting on a hung peer holds the lock
                 if name in self._announced:  # when it last refreshed its record, not when we read it
                     self._last_seen[name] = max(self._last_seen.get(name, 0.0), now - self._announced[name]["age"])
-                elif name in self._last_seen and now - self._last_seen[name] > ANNOUNCE_TTL:
-                    self._silent(name, now)
+                if name in self._last_seen and (silent := now - self._last_seen[name]) > SUSPECT_AFTER:
+                    self._check_peer(name, f"its last DHT record is {silent:.0f} s old",
+                                     lambda n=name, s=silent: self._still_alive(n, s))
+            # one peer a period is checked in turn: the checks' deadline is learnt before a suspicion
+            if names := sorted(self._last_seen.keys() & c.members.peers.keys()):
+                self._turn += 1
+                self._check_peer(names[self._turn % len(names)], "it was checked in its turn")
             self._check_heartbeats(now)
             self._use_new_workers()
 
-    def _silent(self, name: str, now: float) -> None:
-        """Peer `name`'s DHT record lapsed: it is evicted unless it answers a direct liveness check
-        within `_check_wait` (a DHT read can miss live records, as when the node holding them hangs:
-        that must not evict every peer at once)."""
-        peer, wait = self.coordinator.members.peers.get(name), self._check_wait()
-        if isinstance(peer, RemotePeer) and answers(lambda: peer.call(ALIVE).result(wait), wait):
-            self._still_alive(name, now)
-            return
-        self._gone(name, f"stopped announcing to the DHT for {ANNOUNCE_TTL:.0f} s and did not answer "
-                         f"a liveness check within {wait:.1f} s")
+    def suspect(self, name: str) -> None:
+        """A trainer's request to peer `name` timed out: ask the peer now (evicted if it hangs)."""
+        self._check_peer(name, "a request to it timed out")
 
-    def _check_wait(self) -> float:
-        """How long a liveness check waits (`liveness.check_wait` of the step boundary's deadlines)."""
-        return check_wait(d for _, d in self.coordinator.deadlines.items())
+    def _check_peer(self, name: str, why: str, answered: Callable[[], None] = lambda: None) -> None:
+        """Evict peer `name` (`why`: what made it suspect) unless it answers a direct liveness
+        check in time (`liveness.Probes`), in the background; `answered()` if it does."""
+        if isinstance(peer := self.coordinator.members.peers.get(name), RemotePeer):
+            self._probes.start(name, ALIVE, lambda wait: peer.call(ALIVE).result(wait), lambda wait: self._gone(
+                name, f"{why} and it did not answer a liveness check within {wait:.1f} s (hung)"), answered)
 
-    def _still_alive(self, name: str, now: float) -> None:
-        """`name` (a peer, or a trainer's life) answered directly though its DHT record lapsed."""
-        self._last_seen[name], c = now, self.coordinator
-        c.emit(events.setting(c.clock(), name="announce_missed",
-                              value=f"{name}: no DHT record for {ANNOUNCE_TTL:.0f} s, but it answered directly"))
+    def _still_alive(self, name: str, silent: float) -> None:
+        """`name` (a peer, or a trainer's life) answered directly though its DHT record was `silent`
+        seconds old; an event says so once the record had expired (`ANNOUNCE_TTL`)."""
+        self._last_seen[name], c = time.monotonic(), self.coordinator
+        if silent > ANNOUNCE_TTL:
+            c.emit(events.setting(c.clock(), name="announce_missed",
+                                  value=f"{name}: no DHT record for {silent:.0f} s, but it answered directly"))
 
     def _check_heartbeats(self, now: float) -> None:
-        """A trainer whose heartbeat lapsed (`ANNOUNCE_TTL` after its last) hangs, and one that never
-        beat within `START_TIMEOUT` of its start did not start (its worker's thread is taken): either
-        is restarted on another worker."""
+        """A trainer whose last heartbeat is `SUSPECT_AFTER` old is checked directly and restarted on
+        another worker if it does not answer (it hangs); so is one that never beat within
+        `START_TIMEOUT` of its start (it did not start: its worker's thread is taken)."""
         try:
             beats = self.directory.heartbeats()
         except Exception:  # the DHT is slow: look again next period
@@ -250,15 +255,16 @@ class DaskPeers:
             life, handle = trainer.life_name, trainer.handle
             if life in beats:
                 self._last_seen[life] = max(self._last_seen.get(life, 0.0), now - beats[life])
-            elif handle is None:
+            if handle is None:
                 continue
-            elif life in self._last_seen and now - self._last_seen[life] > ANNOUNCE_TTL:
-                if answers(lambda: handle.call("running", timeout=wait), wait := self._check_wait()):
-                    self._still_alive(life, now)
-                else:
-                    self._restart(trainer, handle, f"its heartbeat stopped for {ANNOUNCE_TTL:.0f} s and it did not "
-                                                   f"answer within {wait:.1f} s (hung)")
-            elif life not in self._last_seen and now - trainer.started > START_TIMEOUT:
+            if life in self._last_seen:
+                if (silent := now - self._last_seen[life]) > SUSPECT_AFTER:
+                    self._probes.start(life, "running", lambda wait, h=handle: h.call("running", timeout=wait),
+                                       lambda wait, t=trainer, h=handle, s=silent: self._restart(
+                                           t, h, f"its heartbeat stopped {s:.0f} s ago and it did not answer within "
+                                                 f"{wait:.1f} s (hung)"),
+                                       lambda n=life, s=silent: self._still_alive(n, s))
+            elif now - trainer.started > START_TIMEOUT:
                 self._restart(trainer, handle, f"it did not start on {handle.worker} within {START_TIMEOUT:.0f} s")
 
     def _use_new_workers(self) -> None:

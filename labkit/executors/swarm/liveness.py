@@ -1,15 +1,27 @@
-"""Direct liveness checks of a Dask run's peers and trainers, for when their DHT record lapses: a
-DHT read can miss live records (the node holding them hangs), so silence there is confirmed by
-asking the process itself before a peer is evicted or a trainer restarted.
+"""Direct liveness checks of a Dask run's peers and trainers, on suspicion: when a trainer's
+request to a peer times out, and when a peer's DHT record or a trainer's heartbeat is
+`SUSPECT_AFTER` seconds old. A DHT read can miss live records (the node holding them hangs), so
+silence there is confirmed by asking the process itself before a peer is evicted or a trainer
+restarted; and a hung process is found within one check, not once its record expires.
+
+A check is answered at once by a live process (a peer's data-plane reader, a worker's event loop),
+so its deadline is learnt from the checks' own round trips (RFC 6298, `labkit.swarm.deadline`),
+never shorter than `LIVENESS_FLOOR` and never longer than `BOUNDARY_FLOOR`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
+from labkit.backends.dask.dht import ANNOUNCE_PERIOD
 from labkit.runtime.background import in_background
-from labkit.swarm.deadline import BOUNDARY_FLOOR, Deadline
+from labkit.swarm.deadline import BOUNDARY_FLOOR, Deadlines
+
+SUSPECT_AFTER = 3 * ANNOUNCE_PERIOD  # seconds a record may age (three refreshes missed) before a check
+LIVENESS_FLOOR = 2.0  # seconds: the shortest wait for a check's answer (a loaded machine's scheduling pauses)
 
 
 def answers(check: Callable[[], Any], wait: float) -> bool:
@@ -21,7 +33,38 @@ def answers(check: Callable[[], Any], wait: float) -> bool:
         return False
 
 
-def check_wait(deadlines: Iterable[Deadline]) -> float:
-    """How long a check waits: the longest of `deadlines` (the step boundary's, each learnt from
-    answers and `BOUNDARY_FLOOR` at least) that has learnt anything, else that floor."""
-    return max([BOUNDARY_FLOOR, *(d.seconds() for d in deadlines if d.srtt is not None)])
+class Probes:
+    """Checks running in the background, at most one per name (the watch and a trainer's timeout
+    may suspect the same peer at once, and neither waits for the answer), each kind of check
+    ("alive", "running") with its deadline learnt from its answers."""
+
+    def __init__(self) -> None:
+        self.deadlines = Deadlines(ceiling=BOUNDARY_FLOOR, floor=LIVENESS_FLOOR)
+        self._running: set[str] = set()
+        self._lock = threading.Lock()
+
+    def start(self, name: str, kind: str, check: Callable[[float], Any], silent: Callable[[float], None],
+              answered: Callable[[], None] = lambda: None) -> None:
+        """Check `name` unless a check of it is under way: `check(wait)` must give a true answer
+        within `wait` seconds (the deadline of `kind`), else `silent(wait)`; `answered()` if it does."""
+        with self._lock:
+            if name in self._running:
+                return
+            self._running.add(name)
+        threading.Thread(target=self._probe, args=(name, kind, check, silent, answered), name=f"labkit-probe-{name}",
+                         daemon=True).start()
+
+    def _probe(self, name: str, kind: str, check: Callable[[float], Any], silent: Callable[[float], None],
+               answered: Callable[[], None]) -> None:
+        try:
+            with self._lock:
+                deadline = self.deadlines[kind]
+                wait = deadline.seconds()
+            began = time.monotonic()
+            alive = answers(lambda: check(wait), wait)
+            with self._lock:
+                deadline.answered(time.monotonic() - began) if alive else deadline.expired()
+            answered() if alive else silent(wait)
+        finally:
+            with self._lock:
+                self._running.discard(name)
