@@ -190,6 +190,19 @@ class ActorFleet:
         with self._lock:
             return trainer_workers({w: i for w, i in self.workers().items() if w != avoid}, self._placed, count)
 
+    def trainer_worker(self, avoid: str, stopped: threading.Event, seconds: float) -> str | None:
+        """A worker other than `avoid` for a restarted trainer (a free one, or one it shares),
+        waiting while the cluster has none (every worker killed at once, their nannies restarting
+        them); None if `stopped` is set or `seconds` pass first."""
+        deadline = time.monotonic() + seconds
+        while not stopped.is_set():
+            if picked := self.trainer_workers(1, avoid=avoid):
+                return picked[0]
+            if time.monotonic() >= deadline:
+                return None
+            stopped.wait(0.5)
+        return None
+
     def newcomers(self) -> list[str]:
         """Workers that joined the cluster after the run started and host nothing of it."""
         return [w for w in self.workers() if w not in self._initial and w not in self._placed]

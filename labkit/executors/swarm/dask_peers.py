@@ -1,12 +1,9 @@
 """Where a Dask run's SWARM peers and trainers live: the Dask `PeerFactory`, a user of the fleet.
 
-It lives with the run's coordinator, in the process holding the run. The fleet
-(backends/dask/actor_fleet.py) connects, places every peer and trainer as an actor (a stage's
-peers spread over machines, trainers on CPU workers first) and says whose worker left; this adds
-what is SWARM's own: a lost peer is evicted and a lost trainer restarted, the DHT is watched (peers
-that stop announcing are evicted, trainers whose heartbeat stops are restarted elsewhere; the
-peers' queue lengths feed Algorithm 2), and every worker that joins the cluster mid-run gets a
-peer on the stage the join rule picks.
+It lives with the run's coordinator. The fleet (backends/dask/actor_fleet.py) places every peer
+and trainer as an actor and says whose worker left; this adds what is SWARM's own: a lost peer is
+evicted and a lost trainer restarted, hung ones too (the DHT is watched, and silent ones checked
+directly: liveness.py), and every worker that joins mid-run gets a peer on the stage the join rule picks.
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
 from labkit.config import RunConfig
 from labkit.executors.swarm.dask_trainers import RemoteTrainer
 from labkit.executors.swarm.liveness import SUSPECT_AFTER, Probes
+from labkit.runtime.peer import PeerDied
 from labkit.runtime.ports import PeerHandle
 from labkit.runtime.trainer import trainer_name
 
@@ -84,8 +82,15 @@ class DaskPeers:
         self._actors[name] = handle
         if not running:
             handle.owner.add_done_callback(lambda future: self._started(name, future))
-        return RemotePeer(name, stage, key, handle.worker, None, self._announcement, self._withdraw, delay,
-                          owner=handle.owner)
+        peer = RemotePeer(name, stage, key, handle.worker, handle.actor if running else None, self._announcement,
+                          self._withdraw, delay, owner=handle.owner)
+        if running:
+            try:  # where it listens, asked now, not under the coordinator's lock: a hung worker never says
+                peer.contact
+            except PeerDied:
+                self._withdraw(peer)
+                raise
+        return peer
 
     def admit(self, peer: RemotePeer) -> None:
         """A peer started mid-run is in the run now: it announces itself, and from then on
@@ -168,7 +173,7 @@ class DaskPeers:
             c.trainer_lost(trainer.life_name, reason)
             self._last_seen.pop(trainer.life_name, None)  # a lost life is never judged again
             try:
-                if (worker := self._trainer_worker(avoid=handle.worker)) is None:
+                if (worker := self.fleet.trainer_worker(handle.worker, c.stopped, WORKER_WAIT)) is None:
                     if not c.stopped.is_set():
                         c.fail(RuntimeError(f"trainer {trainer.name} was lost ({reason}) and no Dask worker "
                                             f"was there to restart it on within {WORKER_WAIT:.0f} s"))
@@ -179,19 +184,6 @@ class DaskPeers:
                 c.emit(events.setting(c.clock(), name="trainer_restart_failed", value=f"{trainer.name}: {exc!r}"))
                 return
             handle.release()  # the old life's actor goes (a start still queued on its worker is dropped)
-
-    def _trainer_worker(self, avoid: str) -> str | None:
-        """A worker other than `avoid` for a restarted trainer (a free one, or one it shares),
-        waiting while the cluster has none (every worker killed at once, their nannies restarting
-        them); None if the run stops or `WORKER_WAIT` passes first."""
-        deadline = time.monotonic() + WORKER_WAIT
-        while not self.coordinator.stopped.is_set():
-            if picked := self.fleet.trainer_workers(1, avoid=avoid):
-                return picked[0]
-            if time.monotonic() >= deadline:
-                return None
-            self.coordinator.stopped.wait(0.5)
-        return None
 
     def _gone(self, name: str, reason: str) -> None:
         """Peer `name` is dead or hung: its waiting requests fail now, without the coordinator's
