@@ -17,7 +17,7 @@ arrival is late by up to one microbatch).
 
 Prints per minute: RSS of this process and every process under it (the workers, their DHT
 daemons), threads and processes; then samples lost and doubled (each committed step against the
-global batch, per stage), the longest gap between steps, per fault the seconds to the next step
+global batch, per stage), the longest gap between steps (the last step to the end of the chaos too), per fault the seconds to the next step
 and to the replacement serving a hop (and a hung worker's seconds to its eviction), and training
 efficiency (tokens/s under chaos over fault-free). Last line (kills counts every fault, hangs too):
 chaos minutes=<M> kills=<n> efficiency=<x> lost=<n> doubled=<n> longest_gap_s=<x>
@@ -167,8 +167,9 @@ def victim(client: Client, rng: random.Random, hung: Collection[str]) -> tuple[s
 
 
 def chaos(minutes: float, kill_every: float, rng: random.Random, hang_share: float = 0.0, hang_seconds: float = 30.0,
-          run_dir: str | None = None) -> tuple[list[Kill], Stamps, float, list]:
-    """The run under chaos: its faults, events, tokens/s and (minute, rss, threads, processes) samples;
+          run_dir: str | None = None) -> tuple[list[Kill], Stamps, float, list, float]:
+    """The run under chaos: its faults, events, tokens/s, (minute, rss, threads, processes) samples
+    and when the chaos ended (monotonic);
     its events also in `run_dir`/events.jsonl if given (for a post-mortem)."""
     with new_cluster() as cluster, Client(cluster.scheduler_address) as client:
         run, stamps = launch(cluster, run_dir)
@@ -208,7 +209,8 @@ def chaos(minutes: float, kill_every: float, rng: random.Random, hang_share: flo
                 print(f"minute {m}: rss {rss:.0f} MB, {threads} threads, {processes} processes, "
                       f"step {state['step']} ({state['status']}), kills {len(kills)}", flush=True)
             time.sleep(min(0.2, max(0.0, min(next_kill, end) - time.monotonic())))
-        rate = tokens_per_second(stamps, start, time.monotonic())
+        ended = time.monotonic()
+        rate = tokens_per_second(stamps, start, ended)
         for pid, hang in hung.values():  # still hung at the end: its nanny restarts it, the cluster closes
             os.kill(pid, signal.SIGKILL)
             hang.killed = time.monotonic()
@@ -219,7 +221,7 @@ def chaos(minutes: float, kill_every: float, rng: random.Random, hang_share: flo
         summary = run.wait(180)
         print(f"run {summary.get('status')} at step {summary.get('steps')} {summary.get('error', '')}", flush=True)
     samples.append((-1, *sample()))  # after the cluster closed
-    return kills, stamps, rate, samples
+    return kills, stamps, rate, samples, ended
 
 
 def recoveries(kills: list[Kill], stamps: Stamps) -> None:
@@ -249,13 +251,14 @@ def recoveries(kills: list[Kill], stamps: Stamps) -> None:
             kill.serving = None if hop is None else hop[0] - since
 
 
-def accounting(stamps: Stamps) -> tuple[int, int, float]:
-    """(samples lost, samples doubled, longest gap between steps in s) over every committed step."""
+def accounting(stamps: Stamps, ended: float) -> tuple[int, int, float]:
+    """(samples lost, samples doubled, longest gap between steps in s) over every committed step;
+    the last step to the end of the chaos counts as a gap too (a run that stalls for good)."""
     cfg = config()
     steps = [(t, e) for t, e in stamps.events if e["type"] == "step"]
     lost = sum(max(0, cfg.global_batch - s) for _, e in steps for s in e["stage_samples"])
     doubled = sum(max(0, s - cfg.global_batch) for _, e in steps for s in e["stage_samples"])
-    gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:])]
+    gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:])] + ([ended - steps[-1][0]] if steps else [])
     return lost, doubled, max(gaps, default=float("inf"))
 
 
@@ -284,10 +287,10 @@ def main() -> None:
     print(f"fault-free: {fault_free:,.0f} tokens/s over {args.baseline_minutes:g} min", flush=True)
     if not 0 <= args.hang_share <= 1 or args.hang_seconds <= 0:
         parser.error(f"--hang-share must be in [0, 1] and --hang-seconds > 0, not {args.hang_share} and {args.hang_seconds}")
-    kills, stamps, rate, samples = chaos(args.minutes, args.kill_every, rng, args.hang_share, args.hang_seconds,
+    kills, stamps, rate, samples, ended = chaos(args.minutes, args.kill_every, rng, args.hang_share, args.hang_seconds,
                                          args.run_dir)
     recoveries(kills, stamps)
-    lost, doubled, longest = accounting(stamps)
+    lost, doubled, longest = accounting(stamps, ended)
     for kill in kills:
         print(f"fault {kill.role} {kill.name}: next step {kill.next_step}, replacement {kill.replacement} serving "
               f"{kill.serving}" + (f", evicted {kill.evicted}" if kill.role.startswith("hung") else ""))
