@@ -17,9 +17,9 @@ arrival is late by up to one microbatch).
 
 Prints per minute: RSS of this process and every process under it (the workers, their DHT
 daemons), threads and processes; then samples lost and doubled (each committed step against the
-global batch, per stage), the longest gap between steps (the last step to the end of the chaos too), per fault the seconds to the next step
-and to the replacement serving a hop (and a hung worker's seconds to its eviction), and training
-efficiency (tokens/s under chaos over fault-free). Last line (kills counts every fault, hangs too):
+global batch, per stage), the longest gap between steps (the last step to the end of the chaos
+too), per fault the seconds to the next step and to the replacement serving a hop (and a hung
+worker's seconds to its eviction), and training efficiency (tokens/s under chaos over fault-free). Last line (kills counts every fault, hangs too):
 chaos minutes=<M> kills=<n> efficiency=<x> lost=<n> doubled=<n> longest_gap_s=<x>
 median_recovery_s=<x> rss_growth_last_half=<x>
 """
