@@ -19,7 +19,8 @@ Prints per minute: RSS of this process and every process under it (the workers, 
 daemons), threads and processes; then samples lost and doubled (each committed step against the
 global batch, per stage), the longest gap between steps (the last step to the end of the chaos
 too), per fault the seconds to the next step and to the replacement serving a hop (and a hung
-worker's seconds to its eviction), and training efficiency (tokens/s under chaos over fault-free). Last line (kills counts every fault, hangs too):
+worker's seconds to its eviction), training efficiency (tokens/s under chaos over fault-free) and
+RSS growth over the second half (medians of 5 minute samples at its start and at its end). Last line (kills counts every fault, hangs too):
 chaos minutes=<M> kills=<n> efficiency=<x> lost=<n> doubled=<n> longest_gap_s=<x>
 median_recovery_s=<x> rss_growth_last_half=<x>
 """
@@ -262,6 +263,17 @@ def accounting(stamps: Stamps, ended: float) -> tuple[int, int, float]:
     return lost, doubled, max(gaps, default=float("inf"))
 
 
+def rss_growth(samples: list[tuple[float, float, int, int]], minutes: float, window: int = 5) -> float:
+    """RSS growth over the second half of the run: the median of the last `window` minute samples
+    over the median of the `window` from the half-way minute on. RSS swings by a tenth as workers
+    die and restart, so one sample against another measures the swing, not a leak."""
+    second_half = [rss for minute, rss, _, _ in samples if minute >= minutes / 2]
+    if not second_half:
+        return float("nan")
+    first, last = second_half[:window], second_half[-window:]
+    return statistics.median(last) / statistics.median(first) - 1
+
+
 def _seconds(values: list[float | None]) -> str:
     known = [v for v in values if v is not None]
     missing = len(values) - len(known)
@@ -308,8 +320,7 @@ def main() -> None:
     start, end = samples[0], samples[-2]
     print(f"threads {start[2]} -> {end[2]}, processes {start[3]} -> {end[3]} (after the cluster closed: "
           f"{samples[-1][3]} processes)")
-    half = min(samples[:-1], key=lambda s: abs(s[0] - args.minutes / 2))
-    growth = (end[1] - half[1]) / half[1]
+    growth = rss_growth(samples[:-1], args.minutes)
     efficiency = rate / fault_free if fault_free else 0.0  # nan without a baseline
     recovery = statistics.median([k.next_step for k in kills if k.next_step is not None] or [float("inf")])
     print(f"chaos: {rate:,.0f} tokens/s; load average at end: {os.getloadavg()}")
