@@ -209,11 +209,8 @@ class DaskPeers:
                 if name in self._last_seen and (silent := now - self._last_seen[name]) > SUSPECT_AFTER:
                     self._check_peer(name, f"its last DHT record is {silent:.0f} s old",
                                      lambda n=name, s=silent: self._still_alive(n, s))
-            # one peer a period is checked in turn: the checks' deadline is learnt before a suspicion
-            if names := sorted(self._last_seen.keys() & c.members.peers.keys()):
-                self._turn += 1
-                self._check_peer(names[self._turn % len(names)], "it was checked in its turn")
             self._check_heartbeats(now)
+            self._check_in_turn()
             self._use_new_workers()
 
     def suspect(self, name: str) -> None:
@@ -221,15 +218,13 @@ class DaskPeers:
         self._check_peer(name, "a request to it timed out")
 
     def _check_peer(self, name: str, why: str, answered: Callable[[], None] = lambda: None) -> None:
-        """Evict peer `name` (`why`: what made it suspect) unless it answers a direct liveness
-        check in time (`liveness.Probes`), in the background; `answered()` if it does."""
+        """Evict peer `name` (`why`: what made it suspect) unless it answers a direct check in time."""
         if isinstance(peer := self.coordinator.members.peers.get(name), RemotePeer):
             self._probes.start(name, ALIVE, lambda wait: peer.call(ALIVE).result(wait), lambda wait: self._gone(
                 name, f"{why} and it did not answer a liveness check within {wait:.1f} s (hung)"), answered)
 
     def _still_alive(self, name: str, silent: float) -> None:
-        """`name` (a peer, or a trainer's life) answered directly though its DHT record was `silent`
-        seconds old; an event says so once the record had expired (`ANNOUNCE_TTL`)."""
+        """`name` (a peer, a trainer's life) answered though its record was `silent` s old (expired: an event)."""
         self._last_seen[name], c = time.monotonic(), self.coordinator
         if silent > ANNOUNCE_TTL:
             c.emit(events.setting(c.clock(), name="announce_missed",
@@ -251,13 +246,26 @@ class DaskPeers:
                 continue
             if life in self._last_seen:
                 if (silent := now - self._last_seen[life]) > SUSPECT_AFTER:
-                    self._probes.start(life, "running", lambda wait, h=handle: h.call("running", timeout=wait),
-                                       lambda wait, t=trainer, h=handle, s=silent: self._restart(
-                                           t, h, f"its heartbeat stopped {s:.0f} s ago and it did not answer within "
-                                                 f"{wait:.1f} s (hung)"),
-                                       lambda n=life, s=silent: self._still_alive(n, s))
+                    self._check_trainer(trainer, f"its heartbeat stopped {silent:.0f} s ago",
+                                        lambda n=life, s=silent: self._still_alive(n, s))
             elif now - trainer.started > START_TIMEOUT:
                 self._restart(trainer, handle, f"it did not start on {handle.worker} within {START_TIMEOUT:.0f} s")
+
+    def _check_trainer(self, trainer: RemoteTrainer, why: str, answered: Callable[[], None] = lambda: None) -> None:
+        """Restart `trainer` (`why`: what made it suspect) unless it answers a direct check in time."""
+        handle = trainer.handle
+        self._probes.start(trainer.life_name, "running", lambda wait: handle.call("running", timeout=wait), lambda wait:
+                           self._restart(trainer, handle, f"{why} and it did not answer within {wait:.1f} s (hung)"),
+                           answered)
+
+    def _check_in_turn(self) -> None:
+        """One peer and one trainer a period are checked in turn: the checks' deadlines are learnt
+        before anyone is suspected, and a hang is found even where nothing else notices."""
+        self._turn += 1
+        if peers := sorted(self._last_seen.keys() & self.coordinator.members.peers.keys()):
+            self._check_peer(peers[self._turn % len(peers)], "it was checked in its turn")
+        if trainers := [t for t in self.coordinator.trainers if t.handle is not None and t.life_name in self._last_seen]:
+            self._check_trainer(trainers[self._turn % len(trainers)], "it was checked in its turn")
 
     def _use_new_workers(self) -> None:
         """Give each worker that joined the cluster (a restarted one too) a peer, each on a

@@ -1,0 +1,46 @@
+"""The direct liveness checks' bookkeeping (executors/swarm/liveness.py): a check that answers
+teaches its kind's deadline, one that does not answer in time reports the wait it gave, and a
+name is never checked twice at once."""
+
+from __future__ import annotations
+
+import threading
+
+from labkit.executors.swarm.liveness import LIVENESS_FLOOR, Probes
+from labkit.swarm.deadline import BOUNDARY_FLOOR
+from tests.waiting import wait_until
+
+
+def test_an_answer_teaches_the_deadline_and_a_silence_reports_its_wait() -> None:
+    probes, outcomes = Probes(), []
+    assert probes.deadlines["alive"].seconds() == BOUNDARY_FLOOR  # nothing learnt: the ceiling
+    probes.start("s0p0", "alive", lambda wait: True, lambda wait: outcomes.append(("silent", wait)),
+                 lambda: outcomes.append(("answered", None)))
+    wait_until(lambda: outcomes, 5, "the first check")
+    assert outcomes == [("answered", None)]
+    assert probes.deadlines["alive"].seconds() == LIVENESS_FLOOR  # a fast answer: the floor
+    hung = threading.Event()
+    probes.start("s0p1", "alive", lambda wait: hung.wait(30), lambda wait: outcomes.append(("silent", wait)))
+    wait_until(lambda: len(outcomes) == 2, 10, "the check of the hung peer")
+    hung.set()
+    assert outcomes[1] == ("silent", LIVENESS_FLOOR)
+    assert probes.deadlines["alive"].seconds() == 2 * LIVENESS_FLOOR  # backed off until the next answer
+    assert probes.deadlines["running"].seconds() == BOUNDARY_FLOOR  # each kind learns on its own
+
+
+def test_a_name_under_check_is_not_checked_again_until_its_check_ends() -> None:
+    probes, calls, release = Probes(), [], threading.Event()
+
+    def check(wait: float) -> bool:
+        calls.append(wait)
+        return release.wait(30)
+
+    probes.start("t0#1", "running", check, lambda wait: None)
+    wait_until(lambda: calls, 5, "the first check")
+    probes.start("t0#1", "running", check, lambda wait: None)  # under way: ignored
+    probes.start("t1#1", "running", check, lambda wait: None)  # another name: checked
+    wait_until(lambda: len(calls) == 2, 5, "the other name's check")
+    release.set()
+    wait_until(lambda: not probes._running, 10, "both checks to end")
+    probes.start("t0#1", "running", check, lambda wait: None)  # ended: checked again
+    wait_until(lambda: len(calls) == 3, 5, "the check after the first ended")
