@@ -17,7 +17,7 @@ from tests.cluster.helpers import assert_exact_accounting
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
-SOAK_SECONDS = 60
+SOAK_SECONDS = 40
 STALL_SECONDS = 30.0
 
 
