@@ -38,7 +38,7 @@ class RemoteTrainer:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.handle is not None and (deadline is None or time.monotonic() < deadline):
             try:
-                running = self.handle.call("running", timeout=30)
+                running = self.handle.call("running", timeout=self.cfg.peer_timeout)
             except Exception:  # its worker died: the trainer is gone
                 running = False
             if not running:
