@@ -28,7 +28,16 @@ def test_a_stage_s_peers_spread_over_machines() -> None:
 
 
 def test_trainers_take_free_cpu_workers_then_share_the_fallback() -> None:
-    taken = {"tcp://a:1", "tcp://b:1"}  # coordinator and one peer
-    assert trainer_workers(WORKERS, taken, 3) == ["tcp://c:1", "tcp://d:1", "tcp://c:1"]
-    assert trainer_workers(WORKERS, set(WORKERS), 3) == ["tcp://a:1", "tcp://c:1", "tcp://b:1"]
-    assert trainer_workers({}, set(), 1) == [], "no worker at all (all restarting): none to give, no error"
+    hosted = {"tcp://a:1": 1, "tcp://b:1": 1}  # coordinator and one peer
+    assert trainer_workers(WORKERS, hosted, 3) == ["tcp://c:1", "tcp://d:1", "tcp://c:1"]
+    everyone = dict.fromkeys(WORKERS, 1)
+    assert trainer_workers(WORKERS, everyone, 3) == ["tcp://a:1", "tcp://c:1", "tcp://b:1"]
+    assert trainer_workers({}, {}, 1) == [], "no worker at all (all restarting): none to give, no error"
+
+
+def test_a_restarted_trainer_shares_the_least_crowded_worker_not_its_partner_s() -> None:
+    """Every worker holds a peer and `a` holds the other trainer too: the restarted trainer goes
+    to `c`, so that one fault cannot take both trainers."""
+    hosted = {**dict.fromkeys(WORKERS, 1), "tcp://a:1": 2}
+    assert trainer_workers(WORKERS, hosted, 1) == ["tcp://c:1"]
+    assert trainer_workers(WORKERS, {**hosted, "tcp://c:1": 2}, 1) == ["tcp://b:1"], "then a GPU worker, not a"

@@ -188,7 +188,8 @@ class ActorFleet:
         """`count` workers for trainers, CPU workers first (placement.py's rule), never `avoid` (a
         hung one); they may share."""
         with self._lock:
-            return trainer_workers({w: i for w, i in self.workers().items() if w != avoid}, self._placed, count)
+            return trainer_workers({w: i for w, i in self.workers().items() if w != avoid},
+                                   {w: len(hs) for w, hs in self._placed.items()}, count)
 
     def trainer_worker(self, avoid: str, stopped: threading.Event, seconds: float) -> str | None:
         """A worker other than `avoid` for a restarted trainer (a free one, or one it shares),

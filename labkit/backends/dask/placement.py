@@ -32,10 +32,13 @@ def peer_worker(workers: Workers, taken: Collection[str], initial: Collection[st
     return min(free, key=lambda w: (w in initial, not has_gpu(workers[w]), crowd[workers[w].get("host")], w))
 
 
-def trainer_workers(workers: Workers, taken: Collection[str], count: int) -> list[str]:
+def trainer_workers(workers: Workers, hosted: Mapping[str, int], count: int) -> list[str]:
     """`count` workers for trainers: free CPU workers first, then free GPU workers; with too few,
-    the rest share them in turn (with none free, they share the CPU workers, then any); [] when
-    the cluster has no worker at all (every one killed and not yet restarted by its nanny)."""
-    free = sorted((w for w in workers if w not in taken), key=lambda w: (has_gpu(workers[w]), w))
-    pool = free or sorted(workers, key=lambda w: (has_gpu(workers[w]), w))
+    the rest share them in turn. With none free (`hosted`: how many of the run's actors each
+    worker holds) they share the workers holding the fewest, CPU first: two trainers restarted
+    one after the other then never land on one worker, where one fault would take both (a
+    30-minute chaos run put both on the lowest address again and again). [] when the cluster has
+    no worker at all (every one killed and not yet restarted by its nanny)."""
+    free = sorted((w for w in workers if not hosted.get(w)), key=lambda w: (has_gpu(workers[w]), w))
+    pool = free or sorted(workers, key=lambda w: (hosted[w], has_gpu(workers[w]), w))
     return [pool[i % len(pool)] for i in range(count)] if pool else []
