@@ -61,10 +61,14 @@ class Probes:
                 deadline = self.deadlines[kind]
                 wait = deadline.seconds()
             began = time.monotonic()
-            alive = answers(lambda: check(wait), wait)
-            with self._lock:
-                deadline.answered(time.monotonic() - began) if alive else deadline.expired()
-            answered() if alive else silent(wait)
+            if answers(lambda: check(wait), wait):
+                with self._lock:
+                    deadline.answered(time.monotonic() - began)
+                answered()
+            else:
+                with self._lock:
+                    deadline.expired()
+                silent(wait)
         finally:
             with self._lock:
                 self._running.discard(name)
