@@ -25,7 +25,7 @@ from distributed import Client, LocalCluster
 
 import labkit
 from labkit import AtomConfig, ModelConfig, RunConfig, TaskPoolConfig
-from labkit.backends.dask.dht import ANNOUNCE_PERIOD
+from labkit.backends.dask.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL
 from labkit.executors.swarm.liveness import SUSPECT_AFTER
 from labkit.swarm.deadline import BOUNDARY_FLOOR
 from labkit.data import WindowSampler, load_corpus
@@ -41,6 +41,8 @@ STALL_SECONDS = 30.0  # the longest gap between two steps of a run that loses wo
 # is SUSPECT_AFTER old at most an ANNOUNCE_PERIOD later (a trainer's timed-out request may come
 # sooner), and the direct liveness check then waits at most BOUNDARY_FLOOR; plus slack for a loaded CI machine
 HUNG_SECONDS = SUSPECT_AFTER + ANNOUNCE_PERIOD + BOUNDARY_FLOOR + 5.0
+# a hung trainer: its heartbeat expires (ANNOUNCE_TTL), seen within an ANNOUNCE_PERIOD, and its check waits BOUNDARY_FLOOR
+HUNG_TRAINER_SECONDS = ANNOUNCE_TTL + ANNOUNCE_PERIOD + BOUNDARY_FLOOR + 5.0
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +166,7 @@ def test_a_hung_trainer_worker_is_replaced_within_its_bound_and_survived_exactly
     finally:
         os.kill(pid, signal.SIGKILL)  # its nanny starts a fresh worker
     assert lost["value"].startswith(f"{names[0]}#1: ") and lost["value"].endswith("(hung)"), lost
-    assert replaced < HUNG_SECONDS, f"the hung trainer was replaced after {replaced:.1f} s"
+    assert replaced < HUNG_TRAINER_SECONDS, f"the hung trainer was replaced after {replaced:.1f} s"
     assert summary["status"] == "finished", summary
     _equals_plain_loop(run, cfg, tmp_path)
     print(f"hung trainer: replaced {replaced:.2f} s after SIGSTOP; longest step gap {_longest_stall(run):.1f} s")

@@ -13,19 +13,21 @@ from tests.waiting import wait_until
 
 def test_an_answer_teaches_the_deadline_and_a_silence_reports_its_wait() -> None:
     probes, outcomes = Probes(), []
-    assert probes.deadlines["alive"].seconds() == BOUNDARY_FLOOR  # nothing learnt: the ceiling
+    assert probes.deadline("alive").seconds() == BOUNDARY_FLOOR  # nothing learnt: the ceiling
     probes.start("s0p0", "alive", lambda wait: True, lambda wait: outcomes.append(("silent", wait)),
                  lambda: outcomes.append(("answered", None)))
     wait_until(lambda: outcomes, 5, "the first check")
     assert outcomes == [("answered", None)]
-    assert probes.deadlines["alive"].seconds() == LIVENESS_FLOOR  # a fast answer: the floor
+    assert probes.deadline("alive").seconds() == LIVENESS_FLOOR  # a fast answer: the floor
     hung = threading.Event()
     probes.start("s0p1", "alive", lambda wait: hung.wait(30), lambda wait: outcomes.append(("silent", wait)))
     wait_until(lambda: len(outcomes) == 2, 10, "the check of the hung peer")
     hung.set()
     assert outcomes[1] == ("silent", LIVENESS_FLOOR)
-    assert probes.deadlines["alive"].seconds() == 2 * LIVENESS_FLOOR  # backed off until the next answer
-    assert probes.deadlines["running"].seconds() == BOUNDARY_FLOOR  # each kind learns on its own
+    assert probes.deadline("alive").seconds() == 2 * LIVENESS_FLOOR  # backed off until the next answer
+    assert probes.deadline("running").seconds() == BOUNDARY_FLOOR  # each kind learns on its own
+    probes.deadline("running").answered(0.01)
+    assert probes.deadline("running").seconds() == BOUNDARY_FLOOR, "a trainer's check keeps its own floor"
 
 
 def test_a_name_under_check_is_not_checked_again_until_its_check_ends() -> None:

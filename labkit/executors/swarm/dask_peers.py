@@ -231,7 +231,7 @@ class DaskPeers:
                                   value=f"{name}: no DHT record for {silent:.0f} s, but it answered directly"))
 
     def _check_heartbeats(self, now: float) -> None:
-        """A trainer whose last heartbeat is `SUSPECT_AFTER` old is checked directly and restarted on
+        """A trainer whose heartbeat expired (`ANNOUNCE_TTL`) is checked directly and restarted on
         another worker if it does not answer (it hangs); so is one that never beat within
         `START_TIMEOUT` of its start (it did not start: its worker's thread is taken)."""
         try:
@@ -245,7 +245,7 @@ class DaskPeers:
             if handle is None:
                 continue
             if life in self._last_seen:
-                if (silent := now - self._last_seen[life]) > SUSPECT_AFTER:
+                if (silent := now - self._last_seen[life]) > ANNOUNCE_TTL:
                     self._check_trainer(trainer, f"its heartbeat stopped {silent:.0f} s ago",
                                         lambda n=life, s=silent: self._still_alive(n, s))
             elif now - trainer.started > START_TIMEOUT:
@@ -259,13 +259,12 @@ class DaskPeers:
                            answered)
 
     def _check_in_turn(self) -> None:
-        """One peer and one trainer a period are checked in turn: the checks' deadlines are learnt
-        before anyone is suspected, and a hang is found even where nothing else notices."""
+        """One peer a period is checked in turn: the check's deadline is learnt before anyone is
+        suspected, and a hang is found even where nothing else notices. (Not trainers: while one
+        worker hangs, a live trainer's Dask actor call and heartbeat can lag for seconds.)"""
         self._turn += 1
         if peers := sorted(self._last_seen.keys() & self.coordinator.members.peers.keys()):
             self._check_peer(peers[self._turn % len(peers)], "it was checked in its turn")
-        if trainers := [t for t in self.coordinator.trainers if t.handle is not None and t.life_name in self._last_seen]:
-            self._check_trainer(trainers[self._turn % len(trainers)], "it was checked in its turn")
 
     def _use_new_workers(self) -> None:
         """Give each worker that joined the cluster (a restarted one too) a peer, each on a
