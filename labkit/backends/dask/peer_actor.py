@@ -2,9 +2,9 @@
 
 Requests come over the peer's own data plane (labkit/runtime/sockets.py: a TCP server on the
 worker's host, its address announced as "data"), a joining neighbour's state download too; they
-queue on the peer's own thread. Actor methods are `async def`: an actor
-runs sync methods on one thread per worker, where a long call would block every other. Each peer announces itself in the DHT once its worker has registered it, and then every
-`ANNOUNCE_PERIOD` seconds until it stops.
+queue on the peer's own thread. Actor methods are `async def`: an actor runs sync methods on one
+thread per worker, where a long call would block every other. Each peer announces itself in the
+DHT once its worker has registered it, and then every `ANNOUNCE_PERIOD` seconds until it stops.
 """
 
 from __future__ import annotations

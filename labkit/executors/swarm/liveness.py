@@ -1,8 +1,9 @@
 """Direct liveness checks of a Dask run's peers and trainers, on suspicion: when a trainer's
 request to a peer times out, when a peer's DHT record is `SUSPECT_AFTER` seconds old (and for one
-peer a second in turn), and when a trainer's heartbeat has expired. A DHT read can miss live records (the node holding them hangs), so
-silence there is confirmed by asking the process itself before a peer is evicted or a trainer
-restarted; and a hung process is found within one check, not once its record expires.
+peer a second in turn), and when a trainer's heartbeat has expired. A DHT read can miss live
+records (the node holding them hangs), so silence there is confirmed by asking the process itself
+before a peer is evicted or a trainer restarted; and a hung peer is found within one check, not
+once its record expires.
 
 A check is answered at once by a live process (a peer's data-plane reader, a worker's event loop),
 so its deadline is learnt from the checks' own round trips (RFC 6298, `labkit.swarm.deadline`),
