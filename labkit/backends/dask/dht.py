@@ -90,8 +90,12 @@ class DhtNode:
         self._thread.start()
         ip = _ip(host)
         nat = {"nat_port_map": False, "auto_nat": False} if ip.is_loopback else {}
-        self._node: DHTNode = self._run(DHTNode.create(initial_peers=initial_peers, host_maddrs=[f"/ip{ip.version}/{ip}/tcp/0"],
-                                                       cache_locally=False, cache_on_store=False, **nat))
+        try:
+            self._node: DHTNode = self._run(DHTNode.create(initial_peers=initial_peers, host_maddrs=[f"/ip{ip.version}/{ip}/tcp/0"],
+                                                           cache_locally=False, cache_on_store=False, **nat))
+        except Exception as e:   # the daemon's first output line varies: name what was asked for
+            self._stop_loop()
+            raise RuntimeError(f"the DHT node on {host} could not start and join through {initial_peers}: {e}") from e
 
     def _run(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(_TIMEOUT)
@@ -122,8 +126,11 @@ class DhtNode:
             self._run(self._node.shutdown())
             self._run(_cancel_other_tasks())
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
 
 
 async def _cancel_other_tasks() -> None:
