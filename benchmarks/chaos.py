@@ -36,6 +36,7 @@ import statistics
 import threading
 import time
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,8 @@ import labkit
 from labkit.backends.dask.connect import DETACH
 from labkit.backends.dask.workers import cluster_workers
 from labkit.config import DataConfig, ModelConfig, RunConfig
+
+ASK_SECONDS = 3.0  # a worker that does not answer the harness by then is dying or hung: not a victim this time
 
 
 @dataclass
@@ -87,8 +90,8 @@ def sample() -> tuple[float, int, int]:
     return rss / 1e6, threads, processes
 
 
-def roles(dask_worker: Any = None) -> list[tuple[str, str, int]]:
-    """On a worker: (role, name, stage) of each serving actor of a run it holds."""
+def roles(dask_worker: Any = None) -> tuple[int, list[tuple[str, str, int]]]:
+    """On a worker: its pid, and (role, name, stage) of each serving actor of a run it holds."""
     out = []
     for actor in dask_worker.state.actors.values():
         kind = type(actor).__name__
@@ -96,7 +99,18 @@ def roles(dask_worker: Any = None) -> list[tuple[str, str, int]]:
             out.append(("peer", actor.peer.name, actor.peer.stage))
         elif kind == "TrainerActor":
             out.append(("trainer", actor.trainer.name, -1))
-    return out
+    return os.getpid(), out
+
+
+def held_roles(client: Client, workers: list[str]) -> dict[str, tuple[int, list[tuple[str, str, int]]]]:
+    """`roles` of each of `workers` that answers within ASK_SECONDS. Asked one by one, in parallel:
+    the scheduler's broadcast to a worker that has just died waits out distributed's 30 s connect
+    timeout, and the chaos paused with it (every fault in those 30 s came late)."""
+    pool = ThreadPoolExecutor(max(1, len(workers)), thread_name_prefix="chaos-ask")
+    asked = {w: pool.submit(client.run, roles, workers=[w]) for w in workers}
+    wait(asked.values(), timeout=ASK_SECONDS)
+    pool.shutdown(wait=False)
+    return {w: f.result()[w] for w, f in asked.items() if f.done() and f.exception() is None}
 
 
 class Stamps:
@@ -152,17 +166,14 @@ def baseline(minutes: float) -> float:
     return rate
 
 
-def victim(client: Client, rng: random.Random, hung: Collection[str]) -> tuple[str, str, str] | None:
-    """(worker address, role, name) of a worker to kill or hang: a trainer's, or a peer's whose
-    stage keeps another that is not `hung`; None when there is none, or a worker died while asked
-    (the next fault comes later). Hung workers are not asked: they never answer."""
-    try:
-        held = client.run(roles, workers=[w for w in cluster_workers(client) if w not in hung])
-    except OSError:  # a worker went while the scheduler broadcast to it (distributed's CommClosedError)
-        return None
-    live = [r for rs in held.values() for r in rs]
+def victim(client: Client, rng: random.Random, hung: Collection[str]) -> tuple[str, int, str, str] | None:
+    """(worker address, its pid, role, name) of a worker to kill or hang: a trainer's, or a peer's
+    whose stage keeps another that is not `hung`; None when there is none (the next fault comes
+    later). Hung workers are not asked: they never answer."""
+    held = held_roles(client, [w for w in cluster_workers(client) if w not in hung])
+    live = [r for _, rs in held.values() for r in rs]
     per_stage = {s: sum(1 for role, _, st in live if role == "peer" and st == s) for _, _, s in live}
-    choices = [(w, role, name) for w, rs in held.items() for role, name, stage in rs
+    choices = [(w, pid, role, name) for w, (pid, rs) in held.items() for role, name, stage in rs
                if role == "trainer" or per_stage[stage] >= 2]
     return rng.choice(choices) if choices else None
 
@@ -191,9 +202,8 @@ def chaos(minutes: float, kill_every: float, rng: random.Random, hang_share: flo
                 hang = rng.random() < hang_share
                 target = victim(client, rng, hung)
                 if target is not None:
-                    worker, role, name = target
+                    worker, pid, role, name = target
                     try:
-                        pid = client.run(os.getpid, workers=[worker])[worker]
                         os.kill(pid, signal.SIGSTOP if hang else signal.SIGKILL)
                         kills.append(Kill(time.monotonic(), f"hung {role}" if hang else role, name))
                         kills[-1].killed = float("inf") if hang else kills[-1].at
