@@ -26,7 +26,7 @@ from distributed import Client, LocalCluster
 import labkit
 from labkit import AtomConfig, ModelConfig, RunConfig, TaskPoolConfig
 from labkit.backends.dask.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL
-from labkit.executors.swarm.liveness import SUSPECT_AFTER
+from labkit.backends.dask.liveness import SUSPECT_AFTER
 from labkit.swarm.deadline import BOUNDARY_FLOOR
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble

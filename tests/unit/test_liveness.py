@@ -1,4 +1,4 @@
-"""The direct liveness checks' bookkeeping (executors/swarm/liveness.py): a check that answers
+"""The direct liveness checks' bookkeeping (backends/dask/liveness.py): a check that answers
 teaches its kind's deadline, one that does not answer in time reports the wait it gave, and a
 name is never checked twice at once."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from labkit.executors.swarm.liveness import LIVENESS_FLOOR, Probes
+from labkit.backends.dask.liveness import LIVENESS_FLOOR, SUSPECT_AFTER, Probes, WorkerBeats, hung_suspects
 from labkit.swarm.deadline import BOUNDARY_FLOOR
 from tests.waiting import wait_until
 
@@ -46,3 +46,23 @@ def test_a_name_under_check_is_not_checked_again_until_its_check_ends() -> None:
     wait_until(lambda: not probes._running, 10, "both checks to end")
     probes.start("t0#1", "running", check, lambda wait: None)  # ended: checked again
     wait_until(lambda: len(calls) == 3, 5, "the check after the first ended")
+
+
+def test_a_workers_silence_is_timed_here_from_changes_of_the_schedulers_last_seen() -> None:
+    beats = WorkerBeats()
+    table = {"a": {"last_seen": 1e9}, "b": {"last_seen": 5.0}}  # another clock: only compared with itself
+    assert beats.update(table, now=100.0) == {"a": 0.0, "b": 0.0}
+    table = {"a": {"last_seen": 1e9 + 0.5}, "b": {"last_seen": 5.0}}
+    assert beats.update(table, now=104.0) == {"a": 0.0, "b": 4.0}  # a beat, b did not
+    beats.answered("b", now=105.0)
+    assert beats.update(table, now=106.0) == {"a": 2.0, "b": 1.0}
+    assert beats.update({"a": table["a"]}, now=107.0) == {"a": 3.0}, "a worker that left is forgotten"
+
+
+def test_only_a_worker_silent_well_beyond_the_typical_one_is_suspected() -> None:
+    assert hung_suspects({}, ["a"]) == []
+    assert hung_suspects({"a": 0.2, "b": 0.4, "c": 0.3}, "abc") == []
+    assert hung_suspects({"a": 0.2, "b": SUSPECT_AFTER + 1.0, "c": 0.3}, "abc") == ["b"]
+    assert hung_suspects({"a": 0.2, "b": SUSPECT_AFTER + 1.0, "c": 0.3}, "ac") == [], "only those asked about"
+    lagging = {"a": SUSPECT_AFTER + 1.0, "b": SUSPECT_AFTER + 1.5, "c": SUSPECT_AFTER + 0.8}
+    assert hung_suspects(lagging, "abc") == [], "every heartbeat late alike: the scheduler or this process lags"

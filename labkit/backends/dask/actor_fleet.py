@@ -4,9 +4,10 @@
 worker hosts which actor, places each actor by the rules of `placement.py` (its own worker, one
 that joined mid-run first, then GPU workers, spread over machines within a group; trainers on CPU
 workers first), joins every worker to the run's hivemind DHT when an executor asks, and asks the
-scheduler every `WORKER_CHECK` seconds which workers are still there. An actor whose worker left
-is lost: every call waiting on its `ActorHandle` fails at once with the executor's own error, and
-the executor is told which actor it was. The executors' hosts (SWARM's peers and trainers, ATOM's
+scheduler every `WORKER_CHECK` seconds which workers are still there and when each last beat. An
+actor whose worker left, or hangs (silent, and no answer to a direct check: liveness.py), is lost:
+every call waiting on its `ActorHandle` fails at once with the executor's own error, and the
+executor is told which actor it was. A hung worker hosts nothing new until it leaves. The executors' hosts (SWARM's peers and trainers, ATOM's
 replicas, the task pool's clients) are its users; none connects, places or watches on its own.
 """
 
@@ -22,6 +23,7 @@ from distributed.actor import Actor
 
 from labkit.backends.dask.connect import connect
 from labkit.backends.dask.dht import DhtNode, host_toward, join, release
+from labkit.backends.dask.liveness import Probes, WorkerBeats, hung_suspects, worker_answer
 from labkit.backends.dask.placement import peer_worker, trainer_workers
 from labkit.backends.dask.remote import START_TIMEOUT
 from labkit.backends.dask.workers import cluster_workers
@@ -125,6 +127,10 @@ class ActorFleet:
         self._closed = threading.Event()
         self._on_gone: Callable[[ActorHandle, str], None] | None = None
         self._watching = False
+        self._beats = WorkerBeats()
+        self._probes = Probes()  # direct checks of workers whose heartbeats stopped
+        self._hung: set[str] = set()  # workers found hung: they host nothing new until they leave
+        self._joining: set[str] = set()  # workers joining the DHT: silent, not hung
         try:
             self.here = host_toward(self.client.scheduler.address)  # this process's address toward the workers
             self._initial = set(self.workers())
@@ -133,8 +139,8 @@ class ActorFleet:
             raise
 
     def workers(self) -> dict[str, dict[str, Any]]:
-        """The scheduler's worker table now: address -> info."""
-        return cluster_workers(self.client)
+        """The scheduler's worker table now (address -> info), less the workers found hung."""
+        return {w: info for w, info in cluster_workers(self.client).items() if w not in self._hung}
 
     # -- the DHT -------------------------------------------------------------------------------
     def join_dht(self, workers: list[str] | None = None) -> None:
@@ -143,7 +149,14 @@ class ActorFleet:
         if self.node is None:
             self.node = DhtNode([], self.here)
             self.dht_peers = self.node.maddrs()
-        self.client.run(join, self.run_id, self.dht_peers, workers=workers)
+        joining = set(self.workers() if workers is None else workers)
+        with self._lock:  # a join runs in the worker's event loop, which sends no heartbeat meanwhile
+            self._joining |= joining
+        try:
+            self.client.run(join, self.run_id, self.dht_peers, workers=workers)
+        finally:
+            with self._lock:
+                self._joining -= joining
 
     # -- placement -----------------------------------------------------------------------------
     def key(self, cls: type, name: str) -> str:
@@ -231,20 +244,42 @@ class ActorFleet:
 
     def _watch_workers(self) -> None:
         """Every `WORKER_CHECK` seconds: a worker that left (a SIGKILLed process is removed within
-        about a second) takes every actor it hosted with it (a trainer sharing a peer's worker too)."""
+        about a second) takes every actor it hosted with it (a trainer sharing a peer's worker
+        too); one whose heartbeats stopped is checked directly (a free one too: it must not be given
+        an actor)."""
         while not self._closed.wait(WORKER_CHECK):
             try:
-                workers = self.workers()
+                workers = cluster_workers(self.client)
             except Exception:  # the scheduler is busy: ask again
                 continue
             with self._lock:
-                gone = [h for w in list(self._placed) if w not in workers for h in self._placed.pop(w)]
-                on_gone = self._on_gone
-            for handle in gone:
-                reason = f"its Dask worker {handle.worker} left the cluster"
-                handle.lose(reason)
-                if on_gone is not None:
-                    on_gone(handle, reason)
+                self._hung &= workers.keys()
+                left = {w: self._placed.pop(w) for w in list(self._placed) if w not in workers}
+                judged = workers.keys() - self._hung - self._joining
+            for worker, handles in left.items():
+                self._lose(handles, f"its Dask worker {worker} left the cluster")
+            silence = self._beats.update(workers, time.monotonic())
+            for worker in hung_suspects(silence, judged):
+                self._probes.start(worker, "worker", lambda wait, w=worker: self.client.run(worker_answer, workers=[w]),
+                                   lambda wait, w=worker, s=silence[worker]: self._hangs(w, s, wait),
+                                   lambda w=worker: self._beats.answered(w, time.monotonic()))
+
+    def _hangs(self, worker: str, silent: float, wait: float) -> None:
+        """`worker` sent no heartbeat for `silent` s and did not answer a check within `wait` s."""
+        with self._lock:
+            self._hung.add(worker)
+            handles = self._placed.pop(worker, [])
+        self._lose(handles, f"its Dask worker {worker} sent the scheduler no heartbeat for {silent:.1f} s "
+                            f"and did not answer within {wait:.1f} s (hung)")
+
+    def _lose(self, handles: list[ActorHandle], reason: str) -> None:
+        """The actors `handles` (of one worker) are lost (`reason`): calls waiting on them fail
+        now, and the executor is told which (`on_gone`: it may restart one elsewhere)."""
+        on_gone = self._on_gone
+        for handle in handles:
+            handle.lose(reason)
+        for handle in handles if on_gone is not None else []:
+            on_gone(handle, reason)
 
     def close(self) -> None:
         """Stop watching, shut down every DHT node of the run, and release the cluster (once)."""

@@ -3,7 +3,7 @@
 It lives with the run's coordinator. The fleet (backends/dask/actor_fleet.py) places every peer
 and trainer as an actor and says whose worker left; this adds what is SWARM's own: a lost peer is
 evicted and a lost trainer restarted, hung ones too (the DHT is watched, and silent ones checked
-directly: liveness.py), and every worker that joins mid-run gets a peer on the stage the join rule picks.
+directly: backends/dask/liveness.py), and every worker that joins mid-run gets a peer on the stage the join rule picks.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from labkit.backends.dask.peer_actor import ALIVE, PeerActor
 from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
 from labkit.config import RunConfig
 from labkit.executors.swarm.dask_trainers import RemoteTrainer
-from labkit.executors.swarm.liveness import SUSPECT_AFTER, Probes
+from labkit.backends.dask.liveness import SUSPECT_AFTER, Probes
 from labkit.runtime.peer import PeerDied
 from labkit.runtime.ports import PeerHandle
 from labkit.runtime.trainer import trainer_name

@@ -10,13 +10,18 @@ so its deadline is learnt from the checks' own round trips (RFC 6298, `labkit.sw
 never shorter than `LIVENESS_FLOOR` and never longer than `BOUNDARY_FLOOR`. A trainer's check is a
 Dask actor call, which can take seconds on a live worker while another worker hangs (a 2 s floor
 restarted live trainers then): its floor is `BOUNDARY_FLOOR`.
+
+Under every executor the fleet also watches each worker's heartbeat to the scheduler
+(`WorkerBeats`): a worker silent `SUSPECT_AFTER` longer than the typical worker is asked directly
+(a `Client.run`, through the scheduler), and one that does not answer is hung, lost like a worker that left.
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from labkit.backends.dask.dht import ANNOUNCE_PERIOD
@@ -25,7 +30,8 @@ from labkit.swarm.deadline import BOUNDARY_FLOOR, Deadline
 
 SUSPECT_AFTER = 3 * ANNOUNCE_PERIOD  # seconds a record may age (three refreshes missed) before a check
 LIVENESS_FLOOR = 2.0  # seconds: the shortest wait for a check's answer (a loaded machine's scheduling pauses)
-FLOORS = {"running": BOUNDARY_FLOOR}  # a trainer's check, a Dask actor call: slow while another worker hangs
+# a trainer's check (a Dask actor call) and a worker's (through the scheduler): slow while another worker hangs
+FLOORS = {"running": BOUNDARY_FLOOR, "worker": BOUNDARY_FLOOR}
 
 
 def answers(check: Callable[[], Any], wait: float) -> bool:
@@ -85,3 +91,44 @@ class Probes:
         finally:
             with self._lock:
                 self._running.discard(name)
+
+
+def worker_answer() -> bool:
+    """A worker's answer to a direct check (`Client.run` runs it in the worker's event loop, which
+    answers while the worker computes; a hung process never does)."""
+    return True
+
+
+class WorkerBeats:
+    """How long each worker's heartbeat has not reached the scheduler, by this process's clock: the
+    scheduler's `last_seen` is on its own clock (another machine's, perhaps), so it is only ever
+    compared with itself, and its changes are timed here."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[Any, float]] = {}  # worker -> (its last_seen, when that changed here)
+
+    def update(self, workers: Mapping[str, Mapping[str, Any]], now: float) -> dict[str, float]:
+        """Seconds since each of `workers` (the scheduler's table: address -> info) last beat,
+        as of `now`; a worker that left is forgotten."""
+        for worker, info in workers.items():
+            seen = info.get("last_seen")
+            if worker not in self._seen or self._seen[worker][0] != seen:
+                self._seen[worker] = (seen, now)
+        for worker in self._seen.keys() - workers.keys():
+            del self._seen[worker]
+        return {w: now - changed for w, (_, changed) in self._seen.items()}
+
+    def answered(self, worker: str, now: float) -> None:
+        """`worker` answered a direct check at `now`: it is silent from then on only."""
+        if worker in self._seen:
+            self._seen[worker] = (self._seen[worker][0], now)
+
+
+def hung_suspects(silence: Mapping[str, float], among: Collection[str]) -> list[str]:
+    """The workers of `among` whose heartbeat has been silent `SUSPECT_AFTER` seconds longer than
+    the typical (median) worker's: a busy scheduler, or a pause of this process, delays every
+    heartbeat alike and suspects no one."""
+    if not silence:
+        return []
+    typical = statistics.median(silence.values())
+    return [w for w in among if silence.get(w, 0.0) > typical + SUSPECT_AFTER]
