@@ -261,16 +261,18 @@ class ActorFleet:
             silence = self._beats.update(workers, time.monotonic())
             for worker in hung_suspects(silence, judged):
                 self._probes.start(worker, "worker", lambda wait, w=worker: self.client.run(worker_answer, workers=[w]),
-                                   lambda wait, w=worker, s=silence[worker]: self._hangs(w, s, wait),
+                                   lambda wait, w=worker, s=silence[worker]: self.hangs(w, (
+                                       f"its Dask worker {w} sent the scheduler no heartbeat for {s:.1f} s and did "
+                                       f"not answer within {wait:.1f} s (hung)")),
                                    lambda w=worker: self._beats.answered(w, time.monotonic()))
 
-    def _hangs(self, worker: str, silent: float, wait: float) -> None:
-        """`worker` sent no heartbeat for `silent` s and did not answer a check within `wait` s."""
+    def hangs(self, worker: str, reason: str) -> None:
+        """`worker` hangs (`reason`: what a check found): every actor it hosts is lost, and it hosts
+        nothing new until it leaves the cluster (a restart placed there would never start)."""
         with self._lock:
             self._hung.add(worker)
             handles = self._placed.pop(worker, [])
-        self._lose(handles, f"its Dask worker {worker} sent the scheduler no heartbeat for {silent:.1f} s "
-                            f"and did not answer within {wait:.1f} s (hung)")
+        self._lose(handles, reason)
 
     def _lose(self, handles: list[ActorHandle], reason: str) -> None:
         """The actors `handles` (of one worker) are lost (`reason`): calls waiting on them fail

@@ -3,7 +3,8 @@
 It lives with the run's coordinator. The fleet (backends/dask/actor_fleet.py) places every peer
 and trainer as an actor and says whose worker left; this adds what is SWARM's own: a lost peer is
 evicted and a lost trainer restarted, hung ones too (the DHT is watched, and silent ones checked
-directly: backends/dask/liveness.py), and every worker that joins mid-run gets a peer on the stage the join rule picks.
+directly: backends/dask/liveness.py; a worker found hung is the fleet's to lose whole), and every
+worker that joins mid-run gets a peer on the stage the join rule picks (dask_joins.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from labkit.backends.dask.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, StageDirecto
 from labkit.backends.dask.peer_actor import ALIVE, PeerActor
 from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
 from labkit.config import RunConfig
+from labkit.executors.swarm.dask_joins import Newcomers
 from labkit.executors.swarm.dask_trainers import RemoteTrainer
 from labkit.backends.dask.liveness import SUSPECT_AFTER, Probes
 from labkit.runtime.peer import PeerDied
@@ -30,7 +32,6 @@ if TYPE_CHECKING:
 
 
 WORKER_WAIT = 60.0  # seconds a lost trainer waits for a worker to restart on (nannies take a few)
-JOIN_TRIES = 3  # a worker that joined mid-run but failed this often to start a peer is left alone
 
 
 class DaskPeers:
@@ -48,8 +49,7 @@ class DaskPeers:
         self._announced: dict[str, dict[str, Any]] = {}
         self._last_seen: dict[str, float] = {}  # peer name, or trainer life: when it last announced itself
         self._restarts = threading.Lock()  # one restart of a trainer at a time (its worker left, or it hangs)
-        self._joining: set[str] = set()  # workers that joined mid-run, a peer starting on each
-        self._failures: dict[str, int] = {}  # such workers whose peer failed to start: how often
+        self._newcomers: Newcomers | None = None  # gives workers that join mid-run a peer each, once bound
         self._probes = Probes()  # direct liveness checks under way
         self._turn = 0  # whose turn it is for a routine liveness check
 
@@ -59,6 +59,7 @@ class DaskPeers:
 
     def bind(self, coordinator: Coordinator) -> None:
         self.coordinator = coordinator
+        self._newcomers = Newcomers(self.fleet, coordinator)
 
     # -- peers and trainers --------------------------------------------------------------------
     def start_trainers(self, count: int) -> list[RemoteTrainer]:
@@ -211,7 +212,7 @@ class DaskPeers:
                                      lambda n=name, s=silent: self._still_alive(n, s))
             self._check_heartbeats(now)
             self._check_in_turn()
-            self._use_new_workers()
+            self._newcomers.use()
 
     def suspect(self, name: str) -> None:
         """A trainer's request to peer `name` timed out: ask the peer now (evicted if it hangs)."""
@@ -220,8 +221,15 @@ class DaskPeers:
     def _check_peer(self, name: str, why: str, answered: Callable[[], None] = lambda: None) -> None:
         """Evict peer `name` (`why`: what made it suspect) unless it answers a direct check in time."""
         if isinstance(peer := self.coordinator.members.peers.get(name), RemotePeer):
-            self._probes.start(name, ALIVE, lambda wait: peer.call(ALIVE).result(wait), lambda wait: self._gone(
-                name, f"{why} and it did not answer a liveness check within {wait:.1f} s (hung)"), answered)
+            self._probes.start(name, ALIVE, lambda wait: peer.call(ALIVE).result(wait), lambda wait: self._hung(
+                peer.worker, f"{why} and it did not answer a liveness check within {wait:.1f} s (hung)",
+                lambda reason: self._gone(name, reason)), answered)
+
+    def _hung(self, worker: str, reason: str, lost: Callable[[str], None]) -> None:
+        """A check found `worker` hung: the fleet loses its every actor (so `_worker_left` evicts or
+        restarts each) and places nothing there again; `lost(reason)` if the fleet no longer held it."""
+        self.fleet.hangs(worker, reason)
+        lost(reason)
 
     def _still_alive(self, name: str, silent: float) -> None:
         """`name` (a peer, a trainer's life) answered though its record was `silent` s old (expired: an event)."""
@@ -255,8 +263,8 @@ class DaskPeers:
         """Restart `trainer` (`why`: what made it suspect) unless it answers a direct check in time."""
         handle = trainer.handle
         self._probes.start(trainer.life_name, "running", lambda wait: handle.call("running", timeout=wait), lambda wait:
-                           self._restart(trainer, handle, f"{why} and it did not answer within {wait:.1f} s (hung)"),
-                           answered)
+                           self._hung(handle.worker, f"{why} and it did not answer within {wait:.1f} s (hung)",
+                                      lambda reason: self._restart(trainer, handle, reason)), answered)
 
     def _check_in_turn(self) -> None:
         """One peer a period is checked in turn: the check's deadline is learnt before anyone is
@@ -266,34 +274,5 @@ class DaskPeers:
         if peers := sorted(self._last_seen.keys() & self.coordinator.members.peers.keys()):
             self._check_peer(peers[self._turn % len(peers)], "it was checked in its turn")
 
-    def _use_new_workers(self) -> None:
-        """Give each worker that joined the cluster (a restarted one too) a peer, each on a
-        thread of its own: a start takes seconds, and the watch must go on meanwhile."""
-        try:
-            joined = [w for w in self.fleet.newcomers() if w not in self._joining]
-        except Exception:
-            return
-        for worker in joined:
-            if self._failures.get(worker, 0) < JOIN_TRIES:
-                self._joining.add(worker)
-                threading.Thread(target=self._use_worker, args=(worker,), name="labkit-join", daemon=True).start()
-
-    def _use_worker(self, worker: str) -> None:
-        c = self.coordinator
-        try:
-            if c.stopped.is_set():
-                return
-            # the worker imports torch and joins the DHT (seconds), then a peer starts on it
-            self.fleet.join_dht([worker])
-            name = c.members.add_peer(None)
-        except Exception as exc:  # e.g. the worker left again before the peer started
-            self._failures[worker] = self._failures.get(worker, 0) + 1
-            c.emit(events.setting(c.clock(), name="worker_unused", value=f"{worker}: {type(exc).__name__}: {exc}"))
-            return
-        finally:
-            self._joining.discard(worker)
-        c.emit(events.setting(c.clock(), name="worker_joined", value=f"{worker} serves {name}"))
-
     def close(self) -> None:
-        """Nothing of its own: the fleet (every DHT node of the run, the cluster) closes with the
-        run's core, after the run's record is written."""
+        """Nothing of its own: the fleet closes with the run's core, after the run's record is written."""
