@@ -38,7 +38,7 @@ CASES = {  # executor -> (its run, the peer whose worker hangs)
     "atom": (RunConfig(model=NANO64, global_batch=16, microbatch=2, steps=500, eval_every=0, threads=1,
                        executor=AtomConfig(replicas=3, accumulation=2)), "r1"),
     "taskpool": (RunConfig(model=NANO64, stages=2, peers=2, global_batch=16, microbatch=4, steps=500, eval_every=0,
-                           threads=1, executor=TaskPoolConfig()), "s0c1"),
+                           threads=1, executor=TaskPoolConfig(grace=600.0)), "s0c1"),  # not lost as overdue first
     "pipeline": (PIPELINE.replace(steps=500), "s1p1"),
 }
 
