@@ -25,7 +25,8 @@ from distributed import Client, LocalCluster
 
 import labkit
 from labkit import AtomConfig, ModelConfig, RunConfig, TaskPoolConfig
-from labkit.backends.dask.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL
+from labkit.backends.dask.actor_fleet import WORKER_CHECK
+from labkit.backends.dask.dht import ANNOUNCE_PERIOD
 from labkit.backends.dask.liveness import SUSPECT_AFTER
 from labkit.swarm.deadline import BOUNDARY_FLOOR
 from labkit.data import WindowSampler, load_corpus
@@ -41,8 +42,9 @@ STALL_SECONDS = 30.0  # the longest gap between two steps of a run that loses wo
 # is SUSPECT_AFTER old at most an ANNOUNCE_PERIOD later (a trainer's timed-out request may come
 # sooner), and the direct liveness check then waits at most BOUNDARY_FLOOR; plus slack for a loaded CI machine
 HUNG_SECONDS = SUSPECT_AFTER + ANNOUNCE_PERIOD + BOUNDARY_FLOOR + 5.0
-# a hung trainer: its heartbeat expires (ANNOUNCE_TTL), seen within an ANNOUNCE_PERIOD, and its check waits BOUNDARY_FLOOR
-HUNG_TRAINER_SECONDS = ANNOUNCE_TTL + ANNOUNCE_PERIOD + BOUNDARY_FLOOR + 5.0
+# a hung trainer: its worker's scheduler heartbeat is SUSPECT_AFTER late, seen within a WORKER_CHECK,
+# and the fleet's check of the worker waits BOUNDARY_FLOOR (its DHT heartbeat's expiry, ANNOUNCE_TTL, comes later)
+HUNG_TRAINER_SECONDS = SUSPECT_AFTER + WORKER_CHECK + BOUNDARY_FLOOR + 5.0
 
 
 @pytest.fixture(scope="module")
@@ -148,8 +150,9 @@ def test_a_hung_peer_worker_is_evicted_within_its_bound_and_survived_exactly(own
 def test_a_hung_trainer_worker_is_replaced_within_its_bound_and_survived_exactly(own_cluster, small_run: RunConfig,
                                                                                 tmp_path: Path) -> None:
     """SIGSTOP a trainer's worker: the microbatch it holds is never finished and nothing fails (its
-    sockets stay open). Its DHT heartbeat lapses, the run hands the microbatch out again and
-    restarts the trainer on another worker, and training still equals the single-process loop."""
+    sockets stay open). Its worker's heartbeats to the scheduler stop, the fleet's check finds it
+    hung, the run hands the microbatch out again and restarts the trainer on another worker, and
+    training still equals the single-process loop."""
     cfg = small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=(2, 2),
                             trainers=2, steps=8)
     run = labkit.launch(cfg, backend="dask", scheduler=own_cluster.scheduler_address, run_dir=tmp_path)
