@@ -7,8 +7,9 @@ workers first), joins every worker to the run's hivemind DHT when an executor as
 scheduler every `WORKER_CHECK` seconds which workers are still there and when each last beat. An
 actor whose worker left, or hangs (silent, and no answer to a direct check: liveness.py), is lost:
 every call waiting on its `ActorHandle` fails at once with the executor's own error, and the
-executor is told which actor it was. A hung worker hosts nothing new until it leaves. The executors' hosts (SWARM's peers and trainers, ATOM's
-replicas, the task pool's clients) are its users; none connects, places or watches on its own.
+executor is told which actor it was. A hung worker hosts nothing new until it leaves. The
+executors' hosts (SWARM's peers and trainers, ATOM's replicas, the task pool's clients, the
+pipeline's peers) are its users; none connects, places or watches on its own.
 """
 
 from __future__ import annotations
@@ -245,8 +246,7 @@ class ActorFleet:
     def _watch_workers(self) -> None:
         """Every `WORKER_CHECK` seconds: a worker that left (a SIGKILLed process is removed within
         about a second) takes every actor it hosted with it (a trainer sharing a peer's worker
-        too); one whose heartbeats stopped is checked directly (a free one too: it must not be given
-        an actor)."""
+        too); a silent one, free or not, is checked directly."""
         while not self._closed.wait(WORKER_CHECK):
             try:
                 workers = cluster_workers(self.client)
@@ -275,13 +275,13 @@ class ActorFleet:
         self._lose(handles, reason)
 
     def _lose(self, handles: list[ActorHandle], reason: str) -> None:
-        """The actors `handles` (of one worker) are lost (`reason`): calls waiting on them fail
-        now, and the executor is told which (`on_gone`: it may restart one elsewhere)."""
+        """The actors `handles` (of one worker) are lost: calls waiting on them fail now, then the executor is told."""
         on_gone = self._on_gone
         for handle in handles:
             handle.lose(reason)
-        for handle in handles if on_gone is not None else []:
-            on_gone(handle, reason)
+        if on_gone is not None:
+            for handle in handles:
+                on_gone(handle, reason)
 
     def close(self) -> None:
         """Stop watching, shut down every DHT node of the run, and release the cluster (once)."""
