@@ -13,7 +13,8 @@ restarted live trainers then): its floor is `BOUNDARY_FLOOR`.
 
 Under every executor the fleet also watches each worker's heartbeat to the scheduler
 (`WorkerBeats`): a worker silent `SUSPECT_AFTER` longer than the typical worker is asked directly
-(a `Client.run`, through the scheduler), and one that does not answer is hung, lost like a worker that left.
+(a `Client.run`, through the scheduler), and one that does not answer is hung, lost like a
+worker that left.
 """
 
 from __future__ import annotations

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from labkit import events
 from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
 from labkit.backends.dask.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, StageDirectory
+from labkit.backends.dask.liveness import SUSPECT_AFTER, Probes
 from labkit.backends.dask.peer_actor import ALIVE, PeerActor
 from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
 from labkit.config import RunConfig
 from labkit.executors.swarm.dask_joins import Newcomers
 from labkit.executors.swarm.dask_trainers import RemoteTrainer
-from labkit.backends.dask.liveness import SUSPECT_AFTER, Probes
 from labkit.runtime.peer import PeerDied
 from labkit.runtime.ports import PeerHandle
 from labkit.runtime.trainer import trainer_name
@@ -227,7 +227,8 @@ class DaskPeers:
 
     def _hung(self, worker: str, reason: str, lost: Callable[[str], None]) -> None:
         """A check found `worker` hung: the fleet loses its every actor (so `_worker_left` evicts or
-        restarts each) and places nothing there again; `lost(reason)` if the fleet no longer held it."""
+        restarts each) and places nothing there again; then `lost(reason)`, a no-op unless the
+        fleet no longer held the one checked."""
         self.fleet.hangs(worker, reason)
         lost(reason)
 
