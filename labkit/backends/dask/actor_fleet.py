@@ -275,13 +275,13 @@ class ActorFleet:
         self._lose(handles, reason)
 
     def _lose(self, handles: list[ActorHandle], reason: str) -> None:
-        """The actors `handles` (of one worker) are lost: calls waiting on them fail now, then the executor is told."""
+        """The actors `handles` (of one worker) are lost: calls waiting on them fail now, and the executor is told
+        of each on a thread of its own (a trainer's restart must not hold up the eviction of a peer beside it)."""
         on_gone = self._on_gone
         for handle in handles:
             handle.lose(reason)
-        if on_gone is not None:
-            for handle in handles:
-                on_gone(handle, reason)
+        for handle in handles if on_gone is not None else []:
+            threading.Thread(target=on_gone, args=(handle, reason), name="labkit-fleet-lost", daemon=True).start()
 
     def close(self) -> None:
         """Stop watching, shut down every DHT node of the run, and release the cluster (once)."""
