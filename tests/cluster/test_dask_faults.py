@@ -53,13 +53,6 @@ def cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[LocalClust
     yield from local_cluster(kept_processes)
 
 
-@pytest.fixture
-def own_cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[LocalCluster]:
-    """A cluster for one test only: a worker stopped by SIGSTOP and then killed is the harshest
-    fault here, and no other test should start on what it leaves."""
-    yield from local_cluster(kept_processes)
-
-
 def _kill_worker(cluster, address: str) -> float:
     """SIGKILL the process of the worker at `address`; returns the monotonic time of the kill."""
     with Client(cluster.scheduler_address) as client:

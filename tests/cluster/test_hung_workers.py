@@ -13,12 +13,11 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from distributed import Client, LocalCluster
+from distributed import Client
 
 import labkit
 from labkit import AtomConfig, ModelConfig, RunConfig, TaskPoolConfig
@@ -28,7 +27,6 @@ from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.runtime.reference import train_reference
 from labkit.swarm.deadline import BOUNDARY_FLOOR
-from tests.cluster.helpers import local_cluster
 from tests.integration.test_pipeline_run import CFG as PIPELINE
 
 pytestmark = pytest.mark.slow
@@ -41,12 +39,6 @@ CASES = {  # executor -> (its run, the peer whose worker hangs)
                            threads=1, executor=TaskPoolConfig(grace=600.0)), "s0c1"),  # not lost as overdue first
     "pipeline": (PIPELINE.replace(steps=500), "s1p1"),
 }
-
-
-@pytest.fixture
-def own_cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[LocalCluster]:
-    """A cluster for one test only: no other test should start on what a hung, then killed, worker leaves."""
-    yield from local_cluster(kept_processes)
 
 
 @pytest.mark.parametrize("executor", sorted(CASES))

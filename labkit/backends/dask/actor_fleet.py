@@ -267,8 +267,7 @@ class ActorFleet:
                                    lambda w=worker: self._beats.answered(w, time.monotonic()))
 
     def hangs(self, worker: str, reason: str) -> None:
-        """`worker` hangs (`reason`: what a check found): every actor it hosts is lost, and it hosts
-        nothing new until it leaves the cluster (a restart placed there would never start)."""
+        """`worker` hangs (`reason`): its actors are lost, and it hosts nothing new until it leaves."""
         with self._lock:
             self._hung.add(worker)
             handles = self._placed.pop(worker, [])
@@ -280,8 +279,9 @@ class ActorFleet:
         on_gone = self._on_gone
         for handle in handles:
             handle.lose(reason)
-        for handle in handles if on_gone is not None else []:
-            threading.Thread(target=on_gone, args=(handle, reason), name="labkit-fleet-lost", daemon=True).start()
+        for handle in handles:
+            if on_gone is not None:
+                threading.Thread(target=on_gone, args=(handle, reason), name="labkit-fleet-lost", daemon=True).start()
 
     def close(self) -> None:
         """Stop watching, shut down every DHT node of the run, and release the cluster (once)."""
