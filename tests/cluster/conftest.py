@@ -17,8 +17,9 @@ def cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[LocalClust
     yield from local_cluster(kept_processes)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def own_cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[LocalCluster]:
-    """A cluster for one test only: a worker stopped by SIGSTOP and then killed is the harshest
-    fault, and no other test should start on what it leaves."""
+    """A cluster for one module's tests only (its SIGKILLs and SIGSTOPs leave the shared one
+    whole); each test that kills a worker waits for its nanny's restart (`wait_for_restart`)
+    before the next starts."""
     yield from local_cluster(kept_processes)

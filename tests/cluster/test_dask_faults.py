@@ -8,7 +8,8 @@ test_dask_backend.py::test_a_peer_failing_mid_average_is_dropped_with_exact_acco
 
 Bounds: detection is asserted under `DETECT_SECONDS` and the longest gap between steps under
 `STALL_SECONDS`; on a quiet 2-core machine both are a few seconds (docs/benchmarks.md).
-These tests SIGKILL up to five workers, so they use a cluster of their own, not the shared one.
+These tests SIGKILL up to five workers and SIGSTOP two, so they share a cluster of their own
+(`own_cluster`), not the session's.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from distributed import Client, LocalCluster
+from distributed import Client
 
 import labkit
 from labkit import AtomConfig, ModelConfig, RunConfig, TaskPoolConfig
@@ -32,7 +32,7 @@ from labkit.swarm.deadline import BOUNDARY_FLOOR
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.runtime.reference import train_reference
-from tests.cluster.helpers import assert_exact_accounting, local_cluster, wait_for_restart
+from tests.cluster.helpers import assert_exact_accounting, wait_for_restart
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -45,12 +45,6 @@ HUNG_SECONDS = SUSPECT_AFTER + ANNOUNCE_PERIOD + BOUNDARY_FLOOR + 5.0
 # a hung trainer: its worker's scheduler heartbeat is SUSPECT_AFTER late, seen within a WORKER_CHECK,
 # and the fleet's check of the worker waits BOUNDARY_FLOOR (its DHT heartbeat's expiry, ANNOUNCE_TTL, comes later)
 HUNG_TRAINER_SECONDS = SUSPECT_AFTER + WORKER_CHECK + BOUNDARY_FLOOR + 5.0
-
-
-@pytest.fixture(scope="module")
-def cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[LocalCluster]:
-    """This module's own cluster: the kills here leave the shared one whole for other tests."""
-    yield from local_cluster(kept_processes)
 
 
 def _kill_worker(cluster, address: str) -> float:
@@ -90,15 +84,15 @@ def _resumes(run_dir: Path, cfg: RunConfig) -> None:
     assert [e["step"] for e in resumed.events.history("step")] == [step + 1]
 
 
-def test_a_killed_peer_worker_is_noticed_fast_and_survived_exactly(cluster, small_run: RunConfig,
+def test_a_killed_peer_worker_is_noticed_fast_and_survived_exactly(own_cluster, small_run: RunConfig,
                                                                    tmp_path: Path) -> None:
     """One SIGKILL: noticed within seconds, no stall, and training still equals the
     single-process loop (float64)."""
     cfg = small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=(3, 2),
                             trainers=2, steps=8)
-    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
+    run = labkit.launch(cfg, backend="dask", scheduler=own_cluster.scheduler_address, run_dir=tmp_path)
     run.wait_for(step=2, timeout=120)
-    detected = _kill_peer_worker(cluster, run, "s0p1")
+    detected = _kill_peer_worker(own_cluster, run, "s0p1")
     summary = run.wait(300)
     assert summary["status"] == "finished", summary
     killed = [e for e in run.events.history("peer") if e["state"] == "killed"]
@@ -109,7 +103,7 @@ def test_a_killed_peer_worker_is_noticed_fast_and_survived_exactly(cluster, smal
     got = assemble([s["params"] for s in torch.load(tmp_path / "checkpoint.pt", weights_only=False)["stages"]])
     assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
     print(f"detection: one kill {detected:.2f} s")
-    wait_for_restart(cluster)
+    wait_for_restart(own_cluster)
 
 
 def test_a_hung_peer_worker_is_evicted_within_its_bound_and_survived_exactly(own_cluster, small_run: RunConfig,
@@ -138,6 +132,7 @@ def test_a_hung_peer_worker_is_evicted_within_its_bound_and_survived_exactly(own
     bans = [e for e in run.events.history("peer") if e["peer"] == "s0p1" and e["state"] == "banned"]
     print(f"hung peer: evicted {evicted:.2f} s after SIGSTOP ({event['reason']}); {len(bans)} bans before; "
           f"longest step gap {_longest_stall(run):.1f} s")
+    wait_for_restart(own_cluster)
 
 
 def test_a_hung_trainer_worker_is_replaced_within_its_bound_and_survived_exactly(own_cluster, small_run: RunConfig,
@@ -166,6 +161,7 @@ def test_a_hung_trainer_worker_is_replaced_within_its_bound_and_survived_exactly
     assert summary["status"] == "finished", summary
     _equals_plain_loop(run, cfg, tmp_path)
     print(f"hung trainer: replaced {replaced:.2f} s after SIGSTOP; longest step gap {_longest_stall(run):.1f} s")
+    wait_for_restart(own_cluster)
 
 
 def _equals_plain_loop(run: labkit.RunHandle, cfg: RunConfig, run_dir: Path) -> None:
@@ -177,22 +173,22 @@ def _equals_plain_loop(run: labkit.RunHandle, cfg: RunConfig, run_dir: Path) -> 
     assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
 
 
-def test_three_kills_and_a_trainer_kill_in_a_row(cluster, small_run: RunConfig, tmp_path: Path) -> None:
+def test_three_kills_and_a_trainer_kill_in_a_row(own_cluster, small_run: RunConfig, tmp_path: Path) -> None:
     """Three peer workers die one after another (a live peer stays in every stage), then a
     trainer's worker with two microbatches in flight: each is noticed within seconds, its work recomputed, the restarted workers
     take peers, and the run stops on request with exact accounting and a checkpoint that resumes."""
     cfg = small_run.replace(stages=2, peers=(3, 2), trainers=2, inflight=2, steps=500)  # a trainer's 2 lanes die
-    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
+    run = labkit.launch(cfg, backend="dask", scheduler=own_cluster.scheduler_address, run_dir=tmp_path)
     try:
         run.wait_for(step=2, timeout=120)
         detected = []
         for victim in ("s0p1", "s1p0", "s0p2"):
-            detected.append(_kill_peer_worker(cluster, run, victim))
+            detected.append(_kill_peer_worker(own_cluster, run, victim))
             run.wait_for(step=run.state()["step"] + 1, timeout=STALL_SECONDS)
-        with Client(cluster.scheduler_address) as client:
+        with Client(own_cluster.scheduler_address) as client:
             trainers = client.run(_trainer_names)
         worker, names = next((w, n) for w, n in trainers.items() if n)
-        killed_at = _kill_worker(cluster, worker)
+        killed_at = _kill_worker(own_cluster, worker)
         lost = run.wait_for(event={"type": "setting", "name": "trainer_lost"}, timeout=60)
         detected.append(time.monotonic() - killed_at)
         assert lost["value"].startswith(names[0]) and detected[-1] < DETECT_SECONDS, (lost, detected)
@@ -226,20 +222,20 @@ def _same_step_states(run: labkit.RunHandle, names: tuple[str, str]) -> tuple[di
     raise AssertionError("every pair of reads straddled a step")
 
 
-def test_atom_replicas_on_dask_survive_a_sigkill_and_take_a_bit_identical_joiner(cluster, tmp_path: Path) -> None:
+def test_atom_replicas_on_dask_survive_a_sigkill_and_take_a_bit_identical_joiner(own_cluster, tmp_path: Path) -> None:
     """ATOM's replicas as actors, one per worker: their DHT heartbeats carry the step's counts, a
     replica whose worker is SIGKILLed is dropped and its microbatches recomputed by the others, a
     joiner downloads a live replica's state and is bit-identical, and the run equals plain
     training on the same samples (float64)."""
     cfg = RunConfig(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), global_batch=16, microbatch=2,
                     steps=500, eval_every=0, threads=1, executor=AtomConfig(replicas=3, accumulation=2))
-    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
+    run = labkit.launch(cfg, backend="dask", scheduler=own_cluster.scheduler_address, run_dir=tmp_path)
     try:
         run.wait_for(step=1, timeout=180)
         peers = run.state()["stages"][0]["peers"]
         assert len({p["worker"] for p in peers}) == 3, peers  # a worker each
         assert all(isinstance(p["heartbeat"], int) and 0 <= p["heartbeat"] <= cfg.global_batch for p in peers), peers
-        detected = _kill_peer_worker(cluster, run, "r1")
+        detected = _kill_peer_worker(own_cluster, run, "r1")
         joined = run.add_peer()
         run.wait_for(event={"type": "swap", "replica": joined}, timeout=120)
         run.wait_for(step=run.state()["step"] + 1, timeout=STALL_SECONDS)
@@ -260,17 +256,17 @@ def test_atom_replicas_on_dask_survive_a_sigkill_and_take_a_bit_identical_joiner
     got = checkpoint["stages"][0]["params"]
     assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
     print(f"atom on dask: {len(steps)} steps, kill noticed in {detected:.2f} s")
-    wait_for_restart(cluster)
+    wait_for_restart(own_cluster)
 
 
-def test_task_pool_clients_on_dask_survive_sigkills_mid_forward_and_mid_backward(cluster, tmp_path: Path) -> None:
+def test_task_pool_clients_on_dask_survive_sigkills_mid_forward_and_mid_backward(own_cluster, tmp_path: Path) -> None:
     """The task pool's clients as actors: a client whose worker is SIGKILLed while it holds a
     forward slice, and another while it holds a backward slice, lose no sample and double none;
     their slices are finished from the pool, no forward work is repeated beyond what they took
     with them, and training equals the single-process loop (float64)."""
     cfg = RunConfig(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=2, global_batch=16,
                     microbatch=4, steps=500, eval_every=0, threads=1, executor=TaskPoolConfig(grace=600.0))  # only the kills take work away
-    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
+    run = labkit.launch(cfg, backend="dask", scheduler=own_cluster.scheduler_address, run_dir=tmp_path)
     detected = []
     try:
         run.wait_for(step=1, timeout=180)
@@ -285,7 +281,7 @@ def test_task_pool_clients_on_dask_survive_sigkills_mid_forward_and_mid_backward
                 return any(p["peer"] == victim and (p["task"] or "").startswith(kind)
                            for s in run.state()["stages"] for p in s["peers"])
             wait_until(holding, timeout=120, what=f"{victim} holding a {kind} slice")
-            detected.append(_kill_peer_worker(cluster, run, victim))
+            detected.append(_kill_peer_worker(own_cluster, run, victim))
             run.add_peer(int(victim[1]))
             run.wait_for(step=run.state()["step"] + 2, timeout=STALL_SECONDS)
     finally:
@@ -304,10 +300,10 @@ def test_task_pool_clients_on_dask_survive_sigkills_mid_forward_and_mid_backward
     got = assemble([s["params"] for s in checkpoint["stages"]])
     assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
     print(f"task pool on dask: {len(steps)} steps, kills noticed in " + ", ".join(f"{d:.2f} s" for d in detected))
-    wait_for_restart(cluster)
+    wait_for_restart(own_cluster)
 
 
-def test_one_stages_peers_killed_in_succession_without_waiting(cluster, small_run: RunConfig) -> None:
+def test_one_stages_peers_killed_in_succession_without_waiting(own_cluster, small_run: RunConfig) -> None:
     """Real churn does not wait for steps: three of stage 0's four peers' workers die 5 s and 25 s
     apart (a live peer always left; the restarted workers join as peers meanwhile, on the stage
     Algorithm 2's join rule picks from the queue lengths, not necessarily stage 0). Every death is
@@ -315,7 +311,7 @@ def test_one_stages_peers_killed_in_succession_without_waiting(cluster, small_ru
     `STALL_SECONDS`, nothing is lost or doubled. (A joiner once started under the coordinator's lock: the third death was noticed
     after 95 s and the next step came 219 s after it.)"""
     cfg = small_run.replace(stages=2, peers=(4, 2), trainers=1, steps=100_000)
-    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address)
+    run = labkit.launch(cfg, backend="dask", scheduler=own_cluster.scheduler_address)
     try:
         run.wait_for(step=2, timeout=120)
         kills = []
@@ -323,7 +319,7 @@ def test_one_stages_peers_killed_in_succession_without_waiting(cluster, small_ru
             time.sleep(pause)
             stage0 = [p["peer"] for s in run.state()["stages"] if s["stage"] == 0 for p in s["peers"]]
             assert len(stage0) >= 2, run.state()
-            kills.append((stage0[0], _kill_worker(cluster, _worker_of(run, stage0[0]))))
+            kills.append((stage0[0], _kill_worker(own_cluster, _worker_of(run, stage0[0]))))
         for peer, killed_at in kills:
             run.wait_for(event={"type": "peer", "peer": peer, "state": "killed"}, timeout=DETECT_SECONDS)
         run.wait_for(step=run.state()["step"] + 3, timeout=STALL_SECONDS)
@@ -332,4 +328,4 @@ def test_one_stages_peers_killed_in_succession_without_waiting(cluster, small_ru
     assert run.wait(120)["status"] == "stopped"
     assert_exact_accounting(run, cfg)
     assert _longest_stall(run) < STALL_SECONDS, _longest_stall(run)
-    wait_for_restart(cluster)
+    wait_for_restart(own_cluster)

@@ -290,8 +290,8 @@ class ActorFleet:
         self._closed.set()
         calls = [self.client.close, *([self.cluster.close] if self.cluster is not None else [])]
         if self.node is not None:
-            # a hung worker (SIGSTOP) never answers: its DHT node ends with it, the run does not wait
-            release_all = in_background(self.client.run, release, self.run_id, name="labkit-release")
+            # a hung worker (SIGSTOP) never answers: its DHT node ends with it; one found hung is not asked
+            release_all = in_background(lambda: self.client.run(release, self.run_id, workers=list(self.workers())))
             calls[:0] = [lambda: release_all.result(RELEASE_TIMEOUT), self.node.shutdown]
         for call in calls:
             try:
