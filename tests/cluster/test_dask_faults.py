@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from distributed import Client
 import labkit
 from labkit import AtomConfig, ModelConfig, RunConfig, TaskPoolConfig
 from labkit.backends.dask.actor_fleet import WORKER_CHECK
-from labkit.backends.dask.dht import ANNOUNCE_PERIOD
+from labkit.backends.dask.dht import ANNOUNCE_PERIOD, StageDirectory
 from labkit.backends.dask.liveness import SUSPECT_AFTER
 from labkit.swarm.deadline import BOUNDARY_FLOOR
 from labkit.data import WindowSampler, load_corpus
@@ -329,3 +330,34 @@ def test_one_stages_peers_killed_in_succession_without_waiting(own_cluster, smal
     assert_exact_accounting(run, cfg)
     assert _longest_stall(run) < STALL_SECONDS, _longest_stall(run)
     wait_for_restart(own_cluster)
+
+
+def test_a_slow_dht_store_never_holds_up_a_kill_or_the_steps(own_cluster, small_run: RunConfig,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DHT store can take its whole timeout (30 s) while the DHT still routes to dead nodes, and
+    withdrawing a departed peer's record is one. The coordinator once waited on it holding its
+    lock: in a 30-minute chaos run the step boundary evicting a peer waited 35 s there, and the
+    whole run with it. Here every withdrawal the coordinator makes is stuck for a minute (its
+    process only: the workers' own DHT nodes are untouched): a kill still returns at once, and
+    the run steps on exactly."""
+    unstuck = threading.Event()
+
+    def stuck_withdraw(self: StageDirectory, stage: int, key: str) -> bool:
+        unstuck.wait(60)
+        return True
+
+    monkeypatch.setattr(StageDirectory, "withdraw", stuck_withdraw)
+    cfg = small_run.replace(stages=2, peers=(3, 2), trainers=1, steps=100_000)
+    run = labkit.launch(cfg, backend="dask", scheduler=own_cluster.scheduler_address)
+    try:
+        run.wait_for(step=2, timeout=120)
+        began = time.monotonic()
+        run.kill_peer("s0p1")
+        kill_seconds = time.monotonic() - began
+        run.wait_for(step=run.state()["step"] + 3, timeout=30)
+    finally:
+        unstuck.set()
+        run.stop()
+    assert kill_seconds < 5.0, f"kill_peer took {kill_seconds:.1f} s: it waited on the DHT"
+    assert run.wait(120)["status"] == "stopped"
+    assert_exact_accounting(run, cfg)
