@@ -1,7 +1,8 @@
 """benchmarks/chaos.py for half a minute: real SIGKILLs and SIGSTOPs (each hung worker killed 15 s
-later) of peer and trainer workers at a mean of one every 5 s, not waiting for steps. Nothing lost or doubled, no step gap over 30 s and a median of
-at most 30 s from a kill to the next step (the goals, 10 s on a quiet machine, are the benchmark's).
-No fault-free baseline here: efficiency is the benchmark's figure, not the suite's."""
+later) of peer and trainer workers at a mean of one every 5 s, not waiting for steps. Nothing lost
+or doubled, no step gap over 30 s and a median of at most 30 s from a kill to the next step (the
+goals, 10 s on a quiet machine, are the benchmark's). No fault-free baseline here: efficiency is
+the benchmark's figure, not the suite's."""
 
 from __future__ import annotations
 
