@@ -279,9 +279,8 @@ class ActorFleet:
         on_gone = self._on_gone
         for handle in handles:
             handle.lose(reason)
-        for handle in handles:
-            if on_gone is not None:
-                threading.Thread(target=on_gone, args=(handle, reason), name="labkit-fleet-lost", daemon=True).start()
+        for handle in handles if on_gone is not None else []:
+            threading.Thread(target=on_gone, args=(handle, reason), name="labkit-fleet-lost", daemon=True).start()
 
     def close(self) -> None:
         """Stop watching, shut down every DHT node of the run, and release the cluster (once)."""
