@@ -44,7 +44,7 @@ import psutil
 from distributed import Client, LocalCluster
 
 import labkit
-from labkit.backends.dask.connect import DETACH
+from labkit.backends.dask.connect import DETACH, restarting_cluster
 from labkit.backends.dask.workers import cluster_workers
 from labkit.config import DataConfig, ModelConfig, RunConfig
 
@@ -150,8 +150,7 @@ def launch(cluster: LocalCluster, run_dir: str | None = None) -> tuple[labkit.Ru
 
 def new_cluster() -> LocalCluster:
     cfg = config()
-    return LocalCluster(n_workers=sum(cfg.peers_per_stage) + cfg.trainers + 1, threads_per_worker=1, processes=True,
-                        host="127.0.0.1", dashboard_address=None, preload=[DETACH])
+    return restarting_cluster(sum(cfg.peers_per_stage) + cfg.trainers + 1, dashboard_address=None, preload=[DETACH])
 
 
 def baseline(minutes: float) -> float:

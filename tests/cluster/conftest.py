@@ -7,19 +7,31 @@ from collections.abc import Callable, Iterator
 import pytest
 from distributed import LocalCluster
 
-from tests.cluster.helpers import local_cluster
+from tests.cluster.helpers import local_cluster, wait_for_restart
 
 
 @pytest.fixture(scope="session")
-def cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[LocalCluster]:
-    """8 worker processes on loopback, shared by the Dask tests (each run releases its actors
-    when it ends; a SIGKILLed worker is restarted by its nanny, and not reaped after the test)."""
+def _shared_cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[LocalCluster]:
     yield from local_cluster(kept_processes)
 
 
 @pytest.fixture(scope="module")
-def own_cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[LocalCluster]:
-    """A cluster for one module's tests only (its SIGKILLs and SIGSTOPs leave the shared one
-    whole); each test that kills a worker waits for its nanny's restart (`wait_for_restart`)
-    before the next starts."""
+def _module_cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[LocalCluster]:
     yield from local_cluster(kept_processes)
+
+
+@pytest.fixture
+def cluster(_shared_cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """8 worker processes on loopback, shared by the Dask tests (each run releases its actors
+    when it ends; a SIGKILLed worker is restarted by its nanny, and not reaped after the test).
+    After each test, passed or failed, the next waits for every killed worker's restart."""
+    yield _shared_cluster
+    wait_for_restart(_shared_cluster)
+
+
+@pytest.fixture
+def own_cluster(_module_cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """A cluster for one module's tests only (its SIGKILLs and SIGSTOPs leave the shared one
+    whole), restarted whole after each test as `cluster` is."""
+    yield _module_cluster
+    wait_for_restart(_module_cluster)

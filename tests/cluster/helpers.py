@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from distributed import Client, LocalCluster
 
 import labkit
+from labkit.backends.dask.connect import restarting_cluster
 from labkit.config import RunConfig
 
 WORKERS = 8  # the shared cluster's size
@@ -29,8 +30,7 @@ def wait_for_restart(cluster: LocalCluster) -> None:
 def local_cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[LocalCluster]:
     """A LocalCluster of `WORKERS` processes on loopback whose workers (restarted ones too) the
     process reaper leaves alone; closed when the generator ends."""
-    with LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as lc:
+    with restarting_cluster(WORKERS, dashboard_address=None) as lc:
         kept_processes.append(lambda: {n.process.process.pid for n in lc.workers.values()
                                        if n.process is not None and n.process.process is not None})
         yield lc

@@ -36,7 +36,7 @@ from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.model.assembly import initial_states
 from labkit.runtime.reference import train_reference
-from tests.cluster.helpers import assert_exact_accounting, wait_for_restart
+from tests.cluster.helpers import assert_exact_accounting
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -154,7 +154,6 @@ def test_a_peer_failing_mid_average_is_dropped_with_exact_accounting(cluster, sm
     assert f"{method} failed at the step boundary" in killed[0]["reason"], killed
     assert_exact_accounting(run, cfg)
     assert _distance_to_reference(cfg, _final_params(tmp_path)) <= TOL
-    wait_for_restart(cluster)
 
 
 def _call_stale(address: str, key: str) -> str:

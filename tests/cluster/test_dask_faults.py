@@ -33,7 +33,7 @@ from labkit.swarm.deadline import BOUNDARY_FLOOR
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.runtime.reference import train_reference
-from tests.cluster.helpers import assert_exact_accounting, wait_for_restart
+from tests.cluster.helpers import assert_exact_accounting
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -104,7 +104,6 @@ def test_a_killed_peer_worker_is_noticed_fast_and_survived_exactly(own_cluster, 
     got = assemble([s["params"] for s in torch.load(tmp_path / "checkpoint.pt", weights_only=False)["stages"]])
     assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
     print(f"detection: one kill {detected:.2f} s")
-    wait_for_restart(own_cluster)
 
 
 def test_a_hung_peer_worker_is_evicted_within_its_bound_and_survived_exactly(own_cluster, small_run: RunConfig,
@@ -133,7 +132,6 @@ def test_a_hung_peer_worker_is_evicted_within_its_bound_and_survived_exactly(own
     bans = [e for e in run.events.history("peer") if e["peer"] == "s0p1" and e["state"] == "banned"]
     print(f"hung peer: evicted {evicted:.2f} s after SIGSTOP ({event['reason']}); {len(bans)} bans before; "
           f"longest step gap {_longest_stall(run):.1f} s")
-    wait_for_restart(own_cluster)
 
 
 def test_a_hung_trainer_worker_is_replaced_within_its_bound_and_survived_exactly(own_cluster, small_run: RunConfig,
@@ -162,7 +160,6 @@ def test_a_hung_trainer_worker_is_replaced_within_its_bound_and_survived_exactly
     assert summary["status"] == "finished", summary
     _equals_plain_loop(run, cfg, tmp_path)
     print(f"hung trainer: replaced {replaced:.2f} s after SIGSTOP; longest step gap {_longest_stall(run):.1f} s")
-    wait_for_restart(own_cluster)
 
 
 def _equals_plain_loop(run: labkit.RunHandle, cfg: RunConfig, run_dir: Path) -> None:
@@ -257,7 +254,6 @@ def test_atom_replicas_on_dask_survive_a_sigkill_and_take_a_bit_identical_joiner
     got = checkpoint["stages"][0]["params"]
     assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
     print(f"atom on dask: {len(steps)} steps, kill noticed in {detected:.2f} s")
-    wait_for_restart(own_cluster)
 
 
 def test_task_pool_clients_on_dask_survive_sigkills_mid_forward_and_mid_backward(own_cluster, tmp_path: Path) -> None:
@@ -301,7 +297,6 @@ def test_task_pool_clients_on_dask_survive_sigkills_mid_forward_and_mid_backward
     got = assemble([s["params"] for s in checkpoint["stages"]])
     assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
     print(f"task pool on dask: {len(steps)} steps, kills noticed in " + ", ".join(f"{d:.2f} s" for d in detected))
-    wait_for_restart(own_cluster)
 
 
 def test_one_stages_peers_killed_in_succession_without_waiting(own_cluster, small_run: RunConfig) -> None:
@@ -329,7 +324,6 @@ def test_one_stages_peers_killed_in_succession_without_waiting(own_cluster, smal
     assert run.wait(120)["status"] == "stopped"
     assert_exact_accounting(run, cfg)
     assert _longest_stall(run) < STALL_SECONDS, _longest_stall(run)
-    wait_for_restart(own_cluster)
 
 
 def test_a_slow_dht_store_never_holds_up_a_kill_or_the_steps(own_cluster, small_run: RunConfig,

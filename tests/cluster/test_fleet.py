@@ -19,7 +19,7 @@ from distributed import Client
 from labkit.backends.dask import dht
 from labkit.backends.dask.actor_fleet import ActorFleet, NoFreeWorker
 from labkit.config import ModelConfig, RunConfig
-from tests.cluster.helpers import WORKERS, wait_for_restart
+from tests.cluster.helpers import WORKERS
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -104,4 +104,3 @@ def test_a_sigkilled_worker_fails_the_waiting_call_at_once_and_every_actor_it_ho
         assert replacement.worker != victim.worker and replacement.call("later", 0) == "v2"
     finally:
         fleet.close()
-    wait_for_restart(cluster)

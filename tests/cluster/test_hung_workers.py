@@ -27,7 +27,6 @@ from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.runtime.reference import train_reference
 from labkit.swarm.deadline import BOUNDARY_FLOOR
-from tests.cluster.helpers import wait_for_restart
 from tests.integration.test_pipeline_run import CFG as PIPELINE
 
 pytestmark = pytest.mark.slow
@@ -76,4 +75,3 @@ def test_a_hung_worker_is_lost_within_its_bound_and_training_stays_exact(own_clu
     got = assemble([s["params"] for s in checkpoint["stages"]])
     assert max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items()) <= 1e-10
     print(f"{executor}: hung {victim} lost {lost:.2f} s after SIGSTOP ({event['reason']})")
-    wait_for_restart(own_cluster)

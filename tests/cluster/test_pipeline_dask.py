@@ -14,7 +14,6 @@ from distributed import Client
 
 import labkit
 from labkit.executors.pipeline.config import PipelineConfig
-from tests.cluster.helpers import wait_for_restart
 from tests.integration.test_pipeline_run import CFG, assert_equals_reference
 
 pytestmark = pytest.mark.slow
@@ -74,4 +73,3 @@ def test_a_killed_peer_and_a_sigkilled_worker_stall_the_pipeline_until_replaced(
     assert [e["peer"] for e in killed] == ["s1p1", "s0p0"], killed
     assert killed[0]["reason"] == "killed" and "Dask worker" in killed[1]["reason"], killed
     assert_equals_reference(run, cfg, steps=summary["steps"])
-    wait_for_restart(cluster)

@@ -31,6 +31,12 @@ _HINT = "give the address `dask scheduler` prints, like tcp://10.0.0.5:8786"
 WORKER_ENV = {"THP_MEM_ALLOC_ENABLE": "1"}  # read by torch at its first allocation: set before the worker starts
 WORKER_CONFIG = {"distributed": {"worker": {"profile": {"enabled": False}},
                                   "admin": {"tick": {"interval": "500ms"}, "system-monitor": {"interval": "2s"}}}}
+# A LocalCluster closes a worker's nanny for good when, `lost-worker-timeout` (15 s) after one of
+# that worker's removals, no worker of its name is registered: a worker killed twice 15 s apart
+# has its second restart closed at that instant, and the cluster stays a worker short (CI, test
+# `test_one_stages_peers_killed_in_succession_without_waiting`: "Only 7/8 workers arrived").
+# Read in the driver at each removal, so it is set in the driver's config while clusters live.
+NANNIES_KEEP_RESTARTING = {"distributed.deploy.lost-worker-timeout": "3650 days"}
 
 
 def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> tuple[Client, LocalCluster | None]:
@@ -41,9 +47,9 @@ def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> t
     if scheduler is None:
         workers = SPARE_WORKERS + cfg.spec.workers(cfg)
         worker_config = dask.config.merge(dask.config.config, WORKER_CONFIG)  # a nanny passes on a whole config
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host,
-                               dashboard_address=f"{host}:0", preload=[DETACH], env=WORKER_ENV, config=worker_config,
-                               silence_logs=logging.CRITICAL)  # its shutdown chatter; faults are the run's events
+        cluster = restarting_cluster(workers, host, dashboard_address=f"{host}:0", preload=[DETACH], env=WORKER_ENV,
+                                     config=worker_config,
+                                     silence_logs=logging.CRITICAL)  # its shutdown chatter; faults are the run's events
         return Client(cluster), cluster
     # a daemon thread: a handshake that never ends must not keep the process alive at exit
     attempt = in_background(partial(Client, scheduler, timeout=CONNECT_TIMEOUT), name="labkit-connect")
@@ -56,6 +62,13 @@ def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> t
     except Exception as exc:  # OSError, or garbage read as a Dask frame (MemoryError, ValueError...)
         raise ConnectionError(f"scheduler={scheduler!r} cannot be reached as a Dask scheduler "
                               f"({what_answers(scheduler)}: {type(exc).__name__}: {str(exc)[:120]}); {_HINT}") from None
+
+
+def restarting_cluster(workers: int, host: str = "127.0.0.1", **options: object) -> LocalCluster:
+    """A `LocalCluster` of `workers` one-thread worker processes whose nannies restart a killed
+    worker however often it dies (`NANNIES_KEEP_RESTARTING`); `options` go to `LocalCluster`."""
+    dask.config.set(NANNIES_KEEP_RESTARTING)
+    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host, **options)
 
 
 def _close_late_client(attempt: Future) -> None:
