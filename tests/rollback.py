@@ -4,6 +4,8 @@ the Dask test."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import labkit
@@ -11,6 +13,9 @@ from labkit.config import ModelConfig, RunConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.runtime.reference import train_reference
+from tests.waiting import wait_until
+
+SLOW_WRITE = 3.0  # seconds a slowed shard write waits first: room to kill its writer mid-write
 
 
 def rollback_config(small_run: RunConfig) -> RunConfig:
@@ -19,12 +24,54 @@ def rollback_config(small_run: RunConfig) -> RunConfig:
                              steps=8, checkpoint_every=2, eval_every=0)
 
 
-def check_rollback(run: labkit.RunHandle, cfg: RunConfig, timeout: float) -> dict[str, Any]:
-    """Kill stage 1's only peer after step 5, add one back, and check the rolled-back run: its
-    final parameters equal single-process training's, and every step it took again repeats the
-    loss it had the first time. Returns the rollback's {"from", "to", "reason"}."""
-    run.wait_for(step=5, timeout=timeout)
-    run.kill_peer("s1p0")
+def slow_shard_writes(step: int = 4, seconds: float = SLOW_WRITE, dask_worker: Any = None) -> None:
+    """In this process (a Dask worker too: `client.run`), each peer's first write of a shard of the
+    checkpoint of `step` waits `seconds` first (a write of it again, after a rollback, does not),
+    until `unslow_shard_writes`."""
+    import time
+
+    import labkit.runtime.stage_step as stage_step
+
+    write, folder, seen = stage_step.save_shard, f"step-{step:07d}", set()
+
+    def slow(path: str, state: dict[str, Any]) -> None:
+        if folder in Path(path).parts and path not in seen:
+            seen.add(path)
+            time.sleep(seconds)
+        write(path, state)
+
+    slow.original = write  # type: ignore[attr-defined]
+    stage_step.save_shard = slow
+
+
+def unslow_shard_writes(dask_worker: Any = None) -> None:
+    """Undo `slow_shard_writes` in this process (nothing if it was not slowed)."""
+    import labkit.runtime.stage_step as stage_step
+
+    stage_step.save_shard = getattr(stage_step.save_shard, "original", stage_step.save_shard)
+
+
+def check_kill_during_a_checkpoint(run: labkit.RunHandle, cfg: RunConfig, run_dir: Path,
+                                   kill_stage1: Callable[[], None], timeout: float) -> dict[str, Any]:
+    """Stage 1's only peer, slowed by `slow_shard_writes`, is killed while it writes its shard of
+    the checkpoint of step 4: that checkpoint never completes (its folder goes, no `checkpoint`
+    event names step 4), and the run, its stage 1 emptied, rolls back to the one of step 2 and
+    ends exactly as `check_rollback`'s does."""
+    folder = run_dir / "checkpoints" / "step-0000004"
+    wait_until(folder.is_dir, timeout, "the checkpoint of step 4 to start")
+    kill_stage1()
+    return check_rollback(run, cfg, timeout, killed=True, to=2, never_kept=4)
+
+
+def check_rollback(run: labkit.RunHandle, cfg: RunConfig, timeout: float, *, killed: bool = False,
+                   to: int | None = None, never_kept: int | None = None) -> dict[str, Any]:
+    """Kill stage 1's only peer after step 5 (unless `killed` already), add one back, and check
+    the rolled-back run: it went back to step `to` (if given), no checkpoint of step `never_kept`
+    completed before the rollback, its final parameters equal single-process training's, and every step it took again
+    repeats the loss it had the first time. Returns the rollback's {"from", "to", "reason"}."""
+    if not killed:
+        run.wait_for(step=5, timeout=timeout)
+        run.kill_peer("s1p0")
     paused = run.wait_for(event={"type": "run", "state": "paused"}, timeout=timeout)
     assert "add_peer(1) resumes the run from its checkpoint of step" in paused["reason"], paused
     run.add_peer(1)
@@ -32,6 +79,10 @@ def check_rollback(run: labkit.RunHandle, cfg: RunConfig, timeout: float) -> dic
     assert summary["status"] == "finished", summary
     rollback, = [e["value"] for e in run.events.history("setting") if e["name"] == "rollback"]
     assert rollback["to"] % cfg.checkpoint_every == 0 and 2 <= rollback["to"] < rollback["from"], rollback
+    assert to is None or rollback["to"] == to, rollback
+    settings = [(e["name"], e["value"]) for e in run.events.history("setting")]
+    kept = [value for name, value in settings[:settings.index(("rollback", rollback))] if name == "checkpoint"]
+    assert never_kept not in kept, kept  # before the rollback: the steps taken again write their own
     first: dict[int, float] = {}
     for e in run.events.history("step"):  # a step taken again has the loss it had the first time
         if e["step"] in first:

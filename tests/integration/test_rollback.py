@@ -3,11 +3,25 @@ checkpoint, exactly (in-process; the Dask twin is tests/cluster/test_rollback_da
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import labkit
 from labkit.config import RunConfig
-from tests.rollback import check_rollback, rollback_config
+from tests.rollback import check_kill_during_a_checkpoint, check_rollback, rollback_config, slow_shard_writes, \
+    unslow_shard_writes
 
 
 def test_a_stage_losing_every_peer_rolls_the_run_back_exactly(small_run: RunConfig) -> None:
     cfg = rollback_config(small_run)
     check_rollback(labkit.launch(cfg), cfg, timeout=120)
+
+
+def test_a_peer_killed_while_writing_its_shard_leaves_the_last_checkpoint_whole(small_run: RunConfig,
+                                                                                tmp_path: Path) -> None:
+    cfg = rollback_config(small_run)
+    slow_shard_writes()
+    try:
+        run = labkit.launch(cfg, run_dir=tmp_path)
+        check_kill_during_a_checkpoint(run, cfg, tmp_path, lambda: run.kill_peer("s1p0"), timeout=120)
+    finally:
+        unslow_shard_writes()
