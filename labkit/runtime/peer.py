@@ -94,7 +94,9 @@ class StagePeer(StepTaking, RequestQueue):
         return sum(self.attempts.copy().values())
 
     def close(self) -> None:
-        """Stop after the queued requests; later ones fail at once (`PeerDied`): no caller waits."""
+        """Stop after the queued requests; later ones, and one held on purpose (a delay: it held a
+        run's end 10 s), fail at once (`PeerDied`): no caller waits."""
+        self._killed.set()
         super().close()
         if self._updater is not None:
             self._updater.shutdown(wait=True)
@@ -261,14 +263,12 @@ class StagePeer(StepTaking, RequestQueue):
         if self._pending is not None:  # a background update must finish before its state is copied
             self._pending.result()
         params = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
-        state = {"params": params, "optimizer": _clone(self.optimizer.state_dict()),
-                 "param_names": [n for n, _ in self.module.named_parameters()]}
+        names = [n for n, _ in self.module.named_parameters()]
+        state = {"params": params, "optimizer": _clone(self.optimizer.state_dict()), "param_names": names}
         if self.shadow is not None:
-            names = [n for n, _ in self.module.named_parameters()]
             state["compute"] = params
             state["params"] = {**params, **{n: s.detach().clone() for n, s in zip(names, self.shadow)}}
         if self.outer is not None:
-            names = [n for n, _ in self.module.named_parameters()]
             state["outer"] = self.outer.state()
             state["sync"] = self.outer.cfg
             state["global_params"] = {**params, **dict(zip(names, state["outer"]["global"]))}

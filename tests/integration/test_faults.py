@@ -169,13 +169,14 @@ def test_events_follow_the_schema(small_run: RunConfig) -> None:
 
 def check_stop_is_bounded(run: labkit.RunHandle) -> None:
     """A peer slowed to 59.9 s a request: the run still ends within `STOP_GRACE` and a margin of
-    stop(), at the last committed step (shared with the Dask test)."""
+    stop(), at the last committed step (shared with the Dask test). (Closing the slow peer once
+    waited 10 s more on its held request: 16.2 s in all.)"""
     run.wait_for(step=2, timeout=240)
     run.set_peer_delay("s0p0", 59.9)
     run.wait_for(event={"type": "hop", "peer": "s0p1"}, timeout=60)  # traffic goes on around it
     asked = time.monotonic()
     run.stop()
-    summary = run.wait(STOP_GRACE + 25)
+    summary = run.wait(STOP_GRACE + 8)
     assert run.done, f"not ended {time.monotonic() - asked:.1f} s after stop(): {run.state()}"
     assert summary["status"] == "stopped" and summary["steps"] >= 2, summary
 
