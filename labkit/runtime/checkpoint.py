@@ -11,6 +11,7 @@ is allowed, before any run starts from it.
 
 from __future__ import annotations
 
+import json
 import re
 import stat
 import threading
@@ -25,6 +26,8 @@ from labkit.model.partition import boundary_spec, stage_bounds
 from labkit.runtime.files import write_atomic
 
 FORMAT = "labkit-checkpoint-1"
+MANIFEST = "manifest.json"  # a complete periodic checkpoint's record, beside its shards
+SHARD = "stage-{}.pt"  # a periodic checkpoint's shard of one stage
 SAFE_GLOBALS = [SyncConfig]  # a DiLoCo stage's state records its SyncConfig
 _LOADING = threading.Lock()  # torch's safe-globals list is process-wide: one loader at a time edits it
 
@@ -42,17 +45,26 @@ def save_checkpoint(path: str | Path, cfg: RunConfig, step: int, stages: list[di
     return write_atomic(path, lambda tmp: torch.save(data, tmp), "checkpoint")
 
 
-def _read(path: Path) -> dict[str, Any]:
-    """The checkpoint's top-level dict, or one ValueError saying why the file is not one."""
+def _read(path: Path) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint at `path` (a run directory: its newest, `_newest_of_run`) and its top-level
+    dict, or one ValueError saying why it is not one."""
     if path.is_dir():
-        raise ValueError(f"checkpoint {str(path)!r} is a folder: give the checkpoint.pt file in it")
+        return _newest_of_run(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     if not stat.S_ISREG(path.stat().st_mode):
         raise ValueError(f"checkpoint {str(path)!r} is not a regular file (a FIFO, a device, ...): give a "
                          "checkpoint.pt file")
+    data = _load(path)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a labkit checkpoint (expected format {FORMAT!r})")
+    return path, data
+
+
+def _load(path: Path) -> Any:
+    """`load_tensors(path)`, or one ValueError naming the file and why it cannot be read."""
     try:
-        data = load_tensors(path)
+        return load_tensors(path)
     except Exception as exc:  # noqa: BLE001 - torch.load raises many kinds of error on a bad file
         code = re.search(r"GLOBAL (\S+)", str(exc))
         if code:
@@ -60,9 +72,33 @@ def _read(path: Path) -> dict[str, Any]:
                              "a labkit checkpoint holds only tensors and plain data") from None
         raise ValueError(f"checkpoint {str(path)!r} cannot be read: it is empty, truncated or not a checkpoint "
                          f"labkit wrote ({_why(exc)})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a labkit checkpoint (expected format {FORMAT!r})")
-    return data
+
+
+def _newest_of_run(run_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """A run directory's newest checkpoint: the `checkpoint.pt` its run wrote when it ended, or
+    the newest complete one its peers wrote meanwhile (`checkpoints/step-*/`, with its manifest:
+    all that a run whose coordinator died leaves), whichever holds the later step."""
+    found = [_read(run_dir / "checkpoint.pt")] if (run_dir / "checkpoint.pt").exists() else []
+    manifests = sorted((run_dir / "checkpoints").glob(f"step-*/{MANIFEST}"))
+    if manifests:
+        found.append(_read_periodic(manifests[-1].parent))
+    if not found:
+        raise ValueError(f"checkpoint {str(run_dir)!r} is a folder holding no checkpoint: give a checkpoint.pt, "
+                         f"or a run directory with a checkpoint.pt or a complete checkpoints/step-*/{MANIFEST}")
+    return max(found, key=lambda item: item[1]["step"] if isinstance(item[1].get("step"), int) else -1)
+
+
+def _read_periodic(folder: Path) -> tuple[Path, dict[str, Any]]:
+    """A complete periodic checkpoint (`shards.py`): its manifest's config and step, and each
+    stage's shard, as one checkpoint dict (without torch's RNG state: training draws from none)."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        step, config, count = manifest["step"], manifest["config"], int(manifest["stages"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"checkpoint {str(folder)!r} is damaged: its {MANIFEST} is not one labkit wrote "
+                         f"({type(exc).__name__}: {exc})") from None
+    stages = [_load(folder / SHARD.format(stage)) for stage in range(count)]
+    return folder, {"format": FORMAT, "config": config, "step": step, "stages": stages}
 
 
 def _entries(path: Path, data: dict[str, Any]) -> RunConfig:
@@ -84,8 +120,8 @@ def _entries(path: Path, data: dict[str, Any]) -> RunConfig:
             and all(isinstance(s, dict) and isinstance(s.get("params"), dict) for s in stages)):
         raise bad("stages", f"a list of {saved.stages} stage states, each with its 'params'")
     rng = data.get("torch_rng")
-    if not (isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8 and rng.dim() == 1):
-        raise bad("torch_rng", "torch's RNG state (a uint8 tensor)")
+    if path.is_file() and not (isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8 and rng.dim() == 1):
+        raise bad("torch_rng", "torch's RNG state (a uint8 tensor)")  # a periodic checkpoint's shards hold none
     return saved
 
 
@@ -179,8 +215,7 @@ def _short(value: object) -> str:
 def load_checkpoint(path: str | Path, cfg: RunConfig) -> dict[str, Any]:
     """Read a checkpoint and check it fits `cfg` (the same model); the run continues with the
     checkpoint's layer split and sync mode, which may have changed mid-run."""
-    path = Path(path)
-    data = _read(path)
+    path, data = _read(Path(path))
     saved = _entries(path, data)
     if saved.model != cfg.model or saved.stages != cfg.stages or saved.compression != cfg.compression:
         raise ValueError(
@@ -193,7 +228,8 @@ def load_checkpoint(path: str | Path, cfg: RunConfig) -> dict[str, Any]:
     if data["step"] >= cfg.steps:
         raise ValueError(f"checkpoint {path} is at step {data['step']}, not before the run's last step {cfg.steps}")
     try:
-        torch.set_rng_state(data["torch_rng"])
+        if "torch_rng" in data:
+            torch.set_rng_state(data["torch_rng"])
     except RuntimeError as exc:
         raise ValueError(f"checkpoint {path} is damaged: torch_rng is not a valid RNG state ({exc})") from None
     return data

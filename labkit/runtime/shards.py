@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from labkit.config import RunConfig
-from labkit.runtime.checkpoint import load_tensors
+from labkit.runtime.checkpoint import MANIFEST, SHARD, load_tensors
 from labkit.runtime.files import write_atomic, write_json
 from labkit.runtime.ports import PeerHandle
 from labkit.swarm.sync import SyncSchedule
@@ -61,7 +61,7 @@ class Kept:
     schedule: SyncSchedule
 
     def shard(self, stage: int) -> str:
-        return str(self.folder / f"stage-{stage}.pt")
+        return str(self.folder / SHARD.format(stage))
 
 
 class Checkpoints:
@@ -119,7 +119,7 @@ class Checkpoints:
         self._complete(kept)
 
     def _complete(self, kept: Kept) -> None:
-        write_json(kept.folder / "manifest.json", {"step": kept.step, "config": kept.cfg.to_dict(),
+        write_json(kept.folder / MANIFEST, {"step": kept.step, "config": kept.cfg.to_dict(),
                                                    "stages": kept.cfg.stages}, "checkpoint manifest")
         with self._lock:
             old = self.latest

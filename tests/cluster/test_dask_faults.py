@@ -34,6 +34,7 @@ from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.runtime.reference import train_reference
 from tests.cluster.helpers import assert_exact_accounting
+from tests.coordinator_death import death_config, kill_the_coordinator_and_resume
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -355,3 +356,30 @@ def test_a_slow_dht_store_never_holds_up_a_kill_or_the_steps(own_cluster, small_
     assert kill_seconds < 5.0, f"kill_peer took {kill_seconds:.1f} s: it waited on the DHT"
     assert run.wait(120)["status"] == "stopped"
     assert_exact_accounting(run, cfg)
+
+
+def test_a_dask_run_whose_coordinator_was_sigkilled_resumes_from_its_run_directory_exactly(
+        own_cluster, small_run: RunConfig, tmp_path: Path) -> None:
+    """The driver (the coordinator's process) of a Dask run SIGKILLed mid-run: its actors go with
+    its client, each stops its own threads (its DHT node too) within seconds instead of announcing
+    forever, and the periodic checkpoint its peers wrote resumes the run on the same cluster,
+    exactly."""
+    def no_orphans() -> None:
+        start = time.monotonic()
+        with Client(own_cluster.scheduler_address) as client:
+            try:
+                wait_until(lambda: not any(client.run(_labkit_threads).values()), 60,
+                           "the dead driver's actors to stop their threads")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}: {client.run(_labkit_threads)}") from None
+        print(f"the dead driver's actors and DHT nodes were gone {time.monotonic() - start:.1f} s after the kill")
+
+    step = kill_the_coordinator_and_resume(death_config(small_run), tmp_path / "run", backend="dask",
+                                           scheduler=own_cluster.scheduler_address, after_kill=no_orphans)
+    print(f"resumed from the checkpoint of step {step}")
+
+
+def _labkit_threads(dask_worker=None) -> list[str]:
+    """On a worker: its threads a labkit actor started (peers, trainers, DHT nodes, data planes)."""
+    prefixes = ("peer-", "announce-", "trainer-", "labkit-", "heartbeat-", "atom-")
+    return [t.name for t in threading.enumerate() if t.name.startswith(prefixes)]

@@ -10,6 +10,7 @@ import torch
 import labkit
 from labkit.config import ModelConfig, RunConfig, SyncConfig
 from labkit.model import assemble
+from tests.coordinator_death import death_config, kill_the_coordinator_and_resume
 
 
 def _final_params(run: labkit.RunHandle) -> dict[str, torch.Tensor]:
@@ -63,3 +64,8 @@ def test_checkpoints_asked_late_still_resolve(small_run: RunConfig, tmp_path: Pa
     for future in (during, after):
         path = future.result(timeout=10)
         assert torch.load(path, weights_only=False)["step"] == 3
+
+
+def test_a_run_whose_coordinator_was_sigkilled_resumes_from_its_run_directory_exactly(
+        small_run: RunConfig, tmp_path: Path) -> None:
+    kill_the_coordinator_and_resume(death_config(small_run), tmp_path / "run")

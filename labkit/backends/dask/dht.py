@@ -30,10 +30,13 @@ from distributed import Worker, get_worker
 from distributed.comm import get_address_host
 from hivemind.utils.timed_storage import get_dht_time
 from hivemind.dht.node import DHTNode
+from hivemind.p2p import PeerID
 
 ANNOUNCE_PERIOD = 1.0  # seconds between a peer's refreshes
 ANNOUNCE_TTL = 8.0  # a record expires this long after its refresh: a silent peer is gone by then
 _TIMEOUT = 30.0  # seconds a DHT operation may take before it is an error
+DRIVER_CHECK = 3.0  # seconds between a worker node's pings of the run's driver's node
+DRIVER_MISSES = 3  # pings unanswered in a row before a worker node takes the driver for dead
 LOOPBACK = "127.0.0.1"
 
 
@@ -119,6 +122,11 @@ class DhtNode:
                         for sub, v in records.items()}
         return out
 
+    def answers(self, maddr: str) -> bool:
+        """Whether the node at `maddr` (one of its `maddrs()`) answers a ping."""
+        peer = PeerID.from_base58(maddr.rsplit("/p2p/", 1)[1])
+        return self._run(self._node.protocol.call_ping(peer)) is not None
+
     def shutdown(self) -> None:
         """Stop the node and its loop, cancelling the node's background tasks first (left
         pending, each would log "Task was destroyed but it is pending" when collected)."""
@@ -189,15 +197,37 @@ def _age(record: dict[str, Any], now: float) -> float:
 
 _NODES: dict[str, DhtNode] = {}
 _NODES_LOCK = threading.Lock()
+_RELEASED: dict[str, threading.Event] = {}  # run -> set when this process's node of it is released
 
 
 def node_for(run_id: str, initial_peers: list[str], worker: str | None = None) -> DhtNode:
     """This process's DHT node for run `run_id`, started on first use on `own_host(worker)`
-    (peers, trainers and the coordinator that share a worker process share its node)."""
+    (peers, trainers and the coordinator that share a worker process share its node). On a
+    worker it lives until the run releases it, or until the run's driver (the node at
+    `initial_peers`) has not answered `DRIVER_MISSES` pings in a row: a driver that died releases
+    no node, and a worker without any actor of the run would keep its node, and its libp2p
+    daemon, for as long as the worker lives."""
     with _NODES_LOCK:
         if run_id not in _NODES:
             _NODES[run_id] = DhtNode(initial_peers, own_host(worker))
+            _RELEASED[run_id] = released = threading.Event()
+            if initial_peers:
+                threading.Thread(target=_release_when_driver_gone, args=(run_id, initial_peers[0], released),
+                                 name="labkit-dht-driver", daemon=True).start()
         return _NODES[run_id]
+
+
+def _release_when_driver_gone(run_id: str, driver: str, released: threading.Event) -> None:
+    misses = 0
+    while not released.wait(DRIVER_CHECK):
+        node = _NODES.get(run_id)
+        try:
+            misses = 0 if node is not None and node.answers(driver) else misses + 1
+        except Exception:  # the node shut down meanwhile, or the ping failed outright
+            misses += 1
+        if misses >= DRIVER_MISSES:
+            release(run_id)
+            return
 
 
 class _CallerReportsJoin(logging.Filter):
@@ -222,5 +252,8 @@ def release(run_id: str) -> None:
     """Shut down this process's node of run `run_id`, if it has one."""
     with _NODES_LOCK:
         node = _NODES.pop(run_id, None)
+        released = _RELEASED.pop(run_id, None)
+    if released is not None:
+        released.set()
     if node is not None:
         node.shutdown()

@@ -21,7 +21,7 @@ from distributed import get_worker
 from distributed.actor import Actor
 from distributed.comm import get_address_host
 
-from labkit.backends.dask.dht import ANNOUNCE_PERIOD, StageDirectory, node_for
+from labkit.backends.dask.dht import ANNOUNCE_PERIOD, StageDirectory, node_for, release
 from labkit.backends.dask.placement import has_gpu
 from labkit.backends.dask.remote import START_TIMEOUT
 from labkit.backends.dask.workers import prepare_worker
@@ -54,12 +54,16 @@ def _to_host(obj: Any) -> Any:
     return obj
 
 
-def announce_loop(worker: Any, key: str, actor: object, stopped: threading.Event, announce: Callable[[], None]) -> None:
-    """Announce once `worker` has registered `actor` under `key`, then every `ANNOUNCE_PERIOD`
-    until `stopped`. (A request that reaches the worker before the registration fails with an
-    error that distributed 2026.8 drops: its caller would wait forever.)"""
+def announce_loop(worker: Any, actor: Any, stopped: threading.Event, announce: Callable[[], None],
+                  abandon: Callable[[], None]) -> None:
+    """Announce once `worker` has registered `actor`, then every `ANNOUNCE_PERIOD` until `stopped`.
+    (A request that reaches the worker before the registration fails with an error that
+    distributed 2026.8 drops: its caller would wait forever.) If the worker lets the actor go
+    before it is stopped, its run's driver is gone (a dead client's actors are released) and
+    nothing else will stop it: `abandon()` then ends its threads, and this worker's DHT node of
+    the run goes with the run's last actor here (orphans announced, and polled the DHT, forever)."""
     registered = time.monotonic() + START_TIMEOUT
-    while worker.state.actors.get(key) is not actor:
+    while not _holds(worker, actor):
         if stopped.wait(0.01) or time.monotonic() > registered:
             return
     while True:
@@ -69,6 +73,17 @@ def announce_loop(worker: Any, key: str, actor: object, stopped: threading.Event
             pass
         if stopped.wait(ANNOUNCE_PERIOD):
             return
+        if not _holds(worker, actor):
+            stopped.set()
+            abandon()
+            if not any(getattr(a, "run_id", None) == actor.run_id for a in list(worker.state.actors.values())):
+                release(actor.run_id)
+            return
+
+
+def _holds(worker: Any, actor: object) -> bool:
+    """Whether `worker` holds `actor` among its actors."""
+    return any(a is actor for a in list(worker.state.actors.values()))
 
 
 ALIVE = "alive"  # the data plane's liveness check: answered at once, True while the peer serves
@@ -94,7 +109,7 @@ class PeerActor:
         self.peer.load_state(state)
         self.peer.set_delay(delay)
         self.peer.dial = Neighbours().dial
-        self._key, self._worker = key, get_worker()
+        self.run_id, self._key, self._worker = run_id, key, get_worker()
         self._server = SocketServer(self._serve, get_address_host(self._worker.address), f"peer-{name}")
         self._record = {"address": self._worker.address, "data": self._server.address, "device": device}
         self._ema = 0.0  # seconds per data request, smoothed
@@ -104,7 +119,7 @@ class PeerActor:
             self._go_live()
 
     def _go_live(self) -> None:
-        threading.Thread(target=announce_loop, args=(self._worker, self._key, self, self._stopped, self._announce),
+        threading.Thread(target=announce_loop, args=(self._worker, self, self._stopped, self._announce, self._crash),
                          name=f"announce-{self.peer.name}", daemon=True).start()
 
     async def go_live(self) -> None:
@@ -154,13 +169,16 @@ class PeerActor:
         served.add_done_callback(answer)
         return out
 
+    def _crash(self) -> None:
+        self.peer.kill()
+        self._server.close()
+
     async def stop(self, crash: bool) -> None:
         """Leave the swarm: crash (drop everything at once, as a crash would; the coordinator
         withdraws the record) or close after the queued requests and withdraw the record."""
         self._stopped.set()
         if crash:
-            self.peer.kill()
-            self._server.close()
+            self._crash()
             return
         await asyncio.get_running_loop().run_in_executor(None, self.peer.close)
         self._server.close()

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from typing import Any
 
+from distributed import get_worker
 
 from labkit import events
 from labkit.backends.dask.dht import ANNOUNCE_PERIOD, StageDirectory, node_for
-from labkit.backends.dask.peer_actor import peer_actor
+from labkit.backends.dask.peer_actor import announce_loop, peer_actor
 from labkit.backends.dask.remote import RemotePeer
 from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig
@@ -96,7 +98,10 @@ class CoordinatorClient:
         self._events: list[events.Event] = []
 
     def _ask(self, method: str, *args: Any) -> Any:
-        return self._plane.call(method, *args).result()
+        try:
+            return self._plane.call(method, *args).result()
+        except ConnectionError:  # the coordinator's process is gone: no more work (not a traceback a lane)
+            return None
 
     def _life_of(self, lane: str) -> str:
         """The name a lane ("t0" or "t0/k") takes work under in this life ("t0#2" or "t0#2/k")."""
@@ -144,21 +149,23 @@ class TrainerActor:
         sampler = WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed)
         self.trainer = Trainer(name, cfg, self.work, self.directory, sampler)
         self.trainer.start()
-        threading.Thread(target=self._beat, args=(life_name,), name="labkit-heartbeat", daemon=True).start()
+        self.run_id, self._closed = run_id, threading.Event()
+        threading.Thread(target=announce_loop, args=(get_worker(), self, self._closed, partial(self._beat, life_name),
+                                                     self._close), name="labkit-heartbeat", daemon=True).start()
 
     def _beat(self, life: str) -> None:
-        """Tell the run this life of the trainer lives, every announce period while its loop runs
-        (a failed store is retried at the next): a process that hangs stops telling it."""
-        while self.trainer.alive():
-            try:
-                self.directory.beat(life)
-            except Exception:
-                pass
-            time.sleep(ANNOUNCE_PERIOD)
+        """Tell the run this life of the trainer lives, while its loop runs (every announce
+        period: a process that hangs stops telling it)."""
+        if self.trainer.alive():
+            self.directory.beat(life)
+
+    def _close(self) -> None:
+        self._closed.set()
+        self.directory.close()
+        self.work.close()
 
     async def running(self) -> bool:
         alive = self.trainer.alive()
         if not alive:
-            self.directory.close()
-            self.work.close()
+            self._close()
         return alive

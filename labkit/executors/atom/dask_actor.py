@@ -37,7 +37,7 @@ class ReplicaActor:
         prepare_worker(cfg)
         if source is not None:
             state = replica_actor(*source).state().result()
-        self.name, self.step, self._key, self._worker = name, step, key, get_worker()
+        self.run_id, self.name, self.step, self._key, self._worker = run_id, name, step, key, get_worker()
         self.device = "cuda" if gpu_worker() and torch.cuda.is_available() else "cpu"
         corpus = load_corpus(cfg.data)
         self.plan = plan_submodels(cfg, state["params"], self.device)
@@ -47,12 +47,17 @@ class ReplicaActor:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"atom-{name}")
         self._directory = StageDirectory(node_for(run_id, dht_peers), run_id, 1)
         self._stopped = threading.Event()
-        threading.Thread(target=announce_loop, args=(self._worker, key, self, self._stopped, self._heartbeat),
+        threading.Thread(target=announce_loop, args=(self._worker, self, self._stopped, self._heartbeat, self._abandon),
                          name=f"heartbeat-{name}", daemon=True).start()
 
     def _heartbeat(self) -> None:
         self._directory.announce(self.name, 0, self._key, {"address": self._worker.address, "device": self.device,
                                                            "step": self.step, "samples": self.engine.round_samples})
+
+    def _abandon(self) -> None:
+        """Its run's driver is gone: stop computing and release the device."""
+        self.engine.interrupt()
+        self._thread.submit(self.engine.close)
 
     async def _on_thread(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)

@@ -1,0 +1,64 @@
+"""The process holding a run's coordinator SIGKILLed mid-run, as a crash comes: what is left is
+its run directory, with the periodic checkpoints its peers wrote; `resume=<run directory>` goes on
+from the newest complete one, exactly as the uninterrupted run (float64). Shared by the in-process
+test and the Dask one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import labkit
+from labkit.config import ModelConfig, RunConfig
+from labkit.data import WindowSampler, load_corpus
+from labkit.model import assemble
+from labkit.runtime.reference import train_reference
+from tests.waiting import wait_until
+
+DRIVER = """
+import json, sys
+import labkit
+from labkit.config import RunConfig
+cfg = RunConfig.from_dict(json.loads(sys.argv[1]))
+labkit.launch(cfg, backend=sys.argv[2], scheduler=sys.argv[3] or None, run_dir=sys.argv[4]).wait()
+"""
+
+
+def death_config(small_run: RunConfig) -> RunConfig:
+    """2 stages of 2 peers, float64, a checkpoint every 2 steps, and steps enough to be killed."""
+    return small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=2,
+                             trainers=2, steps=14, checkpoint_every=2, eval_every=0)
+
+
+def kill_the_coordinator_and_resume(cfg: RunConfig, run_dir: Path, backend: str = "inprocess",
+                                    scheduler: str | None = None, timeout: float = 240,
+                                    after_kill: Callable[[], None] = lambda: None) -> int:
+    """Start `cfg` in a driver process of its own, SIGKILL that process's group once its peers
+    completed the checkpoint of step 4, call `after_kill`, resume from the run directory in this
+    process, and check the resumed run ends as single-process training does. Returns the step it
+    resumed from."""
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps(cfg.to_dict()), backend, scheduler or "",
+                               str(run_dir)], start_new_session=True)
+    try:
+        wait_until(lambda: (run_dir / "checkpoints" / "step-0000004" / "manifest.json").exists() or
+                   driver.poll() is not None, timeout, "the driver's checkpoint of step 4")
+        assert driver.poll() is None, f"the driver ended before it was killed: exit {driver.returncode}"
+        os.killpg(driver.pid, signal.SIGKILL)
+    finally:
+        driver.wait(60)
+    after_kill()
+    resumed = labkit.launch(cfg, backend=backend, scheduler=scheduler, resume=run_dir)
+    summary = resumed.wait(timeout)
+    assert summary["status"] == "finished", summary
+    first = resumed.events.history("step")[0]["step"]
+    assert first >= 5 and first % cfg.checkpoint_every == 1, first  # went on after a complete checkpoint
+    model, _ = train_reference(cfg, WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed))
+    got = assemble([s["params"] for s in resumed.snapshot().result().stages])
+    worst = max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items())
+    assert worst <= 1e-10, f"max |resumed run - reference| = {worst:.3g}"
+    return first - 1
