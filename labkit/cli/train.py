@@ -95,7 +95,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="with --backend dask: a running `dask scheduler`, e.g. tcp://10.0.0.5:8786 (default: a local cluster)")
     p.add_argument("--run-dir", type=out_dir, default=None, help="output folder (default runs/<date-time>)")
-    p.add_argument("--resume", type=Path, default=None, metavar="CHECKPOINT", help="continue from a checkpoint.pt")
+    p.add_argument("--resume", type=Path, default=None, metavar="CHECKPOINT",
+                   help="continue from a checkpoint.pt, or from a run directory (its newest checkpoint: the one "
+                        "written when the run ended, or the last its peers wrote if the run's process died)")
     p.add_argument("--no-progress", action="store_true", help="print one line per evaluation instead of a bar")
     p.add_argument("--no-report", action="store_true", help="skip writing report.html (charts of the run) at the end")
     p.set_defaults(handler=run_train)
