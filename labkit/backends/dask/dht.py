@@ -218,6 +218,8 @@ def node_for(run_id: str, initial_peers: list[str], worker: str | None = None) -
 
 
 def _release_when_driver_gone(run_id: str, driver: str, released: threading.Event) -> None:
+    """Ping the driver's node every `DRIVER_CHECK` s until the node is released; release it after
+    `DRIVER_MISSES` pings in a row went unanswered."""
     misses = 0
     while not released.wait(DRIVER_CHECK):
         node = _NODES.get(run_id)
