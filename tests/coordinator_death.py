@@ -35,22 +35,28 @@ def death_config(small_run: RunConfig) -> RunConfig:
                              trainers=2, steps=14, checkpoint_every=2, eval_every=0)
 
 
-def kill_the_coordinator_and_resume(cfg: RunConfig, run_dir: Path, backend: str = "inprocess",
-                                    scheduler: str | None = None, timeout: float = 240,
-                                    after_kill: Callable[[], None] = lambda: None) -> int:
-    """Start `cfg` in a driver process of its own, SIGKILL that process's group once its peers
-    completed the checkpoint of step 4, call `after_kill`, resume from the run directory in this
-    process, and check the resumed run ends as single-process training does. Returns the step it
-    resumed from."""
+def kill_the_driver(cfg: RunConfig, run_dir: Path, until: Callable[[], bool], what: str, backend: str = "inprocess",
+                    scheduler: str | None = None, timeout: float = 240) -> None:
+    """Start `cfg` in a driver process of its own (a session of its own), and SIGKILL that
+    process's group once `until()` holds (`what` it waits for)."""
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps(cfg.to_dict()), backend, scheduler or "",
                                str(run_dir)], start_new_session=True)
     try:
-        wait_until(lambda: (run_dir / "checkpoints" / "step-0000004" / "manifest.json").exists() or
-                   driver.poll() is not None, timeout, "the driver's checkpoint of step 4")
+        wait_until(lambda: until() or driver.poll() is not None, timeout, what)
         assert driver.poll() is None, f"the driver ended before it was killed: exit {driver.returncode}"
         os.killpg(driver.pid, signal.SIGKILL)
     finally:
         driver.wait(60)
+
+
+def kill_the_coordinator_and_resume(cfg: RunConfig, run_dir: Path, backend: str = "inprocess",
+                                    scheduler: str | None = None, timeout: float = 240,
+                                    after_kill: Callable[[], None] = lambda: None) -> int:
+    """`kill_the_driver` once its peers completed the checkpoint of step 4, call `after_kill`,
+    resume from the run directory in this process, and check the resumed run ends as
+    single-process training does. Returns the step it resumed from."""
+    kill_the_driver(cfg, run_dir, (run_dir / "checkpoints" / "step-0000004" / "manifest.json").exists,
+                    "the driver's checkpoint of step 4", backend, scheduler, timeout)
     after_kill()
     resumed = labkit.launch(cfg, backend=backend, scheduler=scheduler, resume=run_dir)
     summary = resumed.wait(timeout)

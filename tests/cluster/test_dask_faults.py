@@ -34,7 +34,7 @@ from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.runtime.reference import train_reference
 from tests.cluster.helpers import assert_exact_accounting
-from tests.coordinator_death import death_config, kill_the_coordinator_and_resume
+from tests.coordinator_death import death_config, kill_the_coordinator_and_resume, kill_the_driver
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -358,6 +358,19 @@ def test_a_slow_dht_store_never_holds_up_a_kill_or_the_steps(own_cluster, small_
     assert_exact_accounting(run, cfg)
 
 
+def _no_orphans(cluster) -> float:
+    """Wait until no worker of `cluster` runs a labkit thread (a dead driver's actors and DHT nodes
+    stop their own); the seconds it took."""
+    start = time.monotonic()
+    with Client(cluster.scheduler_address) as client:
+        try:
+            wait_until(lambda: not any(client.run(_labkit_threads).values()), 60,
+                       "the dead driver's actors to stop their threads")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {client.run(_labkit_threads)}") from None
+    return time.monotonic() - start
+
+
 def test_a_dask_run_whose_coordinator_was_sigkilled_resumes_from_its_run_directory_exactly(
         own_cluster, small_run: RunConfig, tmp_path: Path) -> None:
     """The driver (the coordinator's process) of a Dask run SIGKILLed mid-run: its actors go with
@@ -365,18 +378,21 @@ def test_a_dask_run_whose_coordinator_was_sigkilled_resumes_from_its_run_directo
     forever, and the periodic checkpoint its peers wrote resumes the run on the same cluster,
     exactly."""
     def no_orphans() -> None:
-        start = time.monotonic()
-        with Client(own_cluster.scheduler_address) as client:
-            try:
-                wait_until(lambda: not any(client.run(_labkit_threads).values()), 60,
-                           "the dead driver's actors to stop their threads")
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}: {client.run(_labkit_threads)}") from None
-        print(f"the dead driver's actors and DHT nodes were gone {time.monotonic() - start:.1f} s after the kill")
+        print(f"the dead driver's actors and DHT nodes were gone {_no_orphans(own_cluster):.1f} s after the kill")
 
     step = kill_the_coordinator_and_resume(death_config(small_run), tmp_path / "run", backend="dask",
                                            scheduler=own_cluster.scheduler_address, after_kill=no_orphans)
     print(f"resumed from the checkpoint of step {step}")
+
+
+def test_an_atom_runs_dead_driver_leaves_no_thread_on_the_workers(own_cluster, small_run: RunConfig,
+                                                                   tmp_path: Path) -> None:
+    """ATOM's replicas take the same way out as SWARM's actors when their run's driver dies."""
+    cfg = small_run.replace(steps=100_000, executor=AtomConfig(replicas=3, accumulation=2))
+    events = tmp_path / "run" / "events.jsonl"
+    kill_the_driver(cfg, tmp_path / "run", lambda: events.exists() and '"type": "step"' in events.read_text(),
+                    "the ATOM driver's first step", backend="dask", scheduler=own_cluster.scheduler_address)
+    print(f"the dead ATOM driver's replicas and DHT nodes were gone {_no_orphans(own_cluster):.1f} s after the kill")
 
 
 def _labkit_threads(dask_worker=None) -> list[str]:
