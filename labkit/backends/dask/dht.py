@@ -88,6 +88,7 @@ class DhtNode:
     on every interface (UPnP / NAT-PMP discovery), which a loopback run must not expose."""
 
     def __init__(self, initial_peers: list[str], host: str = LOOPBACK) -> None:
+        self.closed = threading.Event()  # set when `shutdown` begins
         self._loop = _DetachedChildren()
         self._thread = threading.Thread(target=self._loop.run_forever, name="labkit-dht", daemon=True)
         self._thread.start()
@@ -130,6 +131,7 @@ class DhtNode:
     def shutdown(self) -> None:
         """Stop the node and its loop, cancelling the node's background tasks first (left
         pending, each would log "Task was destroyed but it is pending" when collected)."""
+        self.closed.set()
         try:
             self._run(self._node.shutdown())
             self._run(_cancel_other_tasks())
@@ -197,7 +199,6 @@ def _age(record: dict[str, Any], now: float) -> float:
 
 _NODES: dict[str, DhtNode] = {}
 _NODES_LOCK = threading.Lock()
-_RELEASED: dict[str, threading.Event] = {}  # run -> set when this process's node of it is released
 
 
 def node_for(run_id: str, initial_peers: list[str], worker: str | None = None) -> DhtNode:
@@ -205,26 +206,23 @@ def node_for(run_id: str, initial_peers: list[str], worker: str | None = None) -
     (peers, trainers and the coordinator that share a worker process share its node). On a
     worker it lives until the run releases it, or until the run's driver (the node at
     `initial_peers`) has not answered `DRIVER_MISSES` pings in a row: a driver that died releases
-    no node, and a worker without any actor of the run would keep its node, and its libp2p
-    daemon, for as long as the worker lives."""
+    no node, and every worker would keep its node, and its libp2p daemon, for as long as it lives."""
     with _NODES_LOCK:
         if run_id not in _NODES:
-            _NODES[run_id] = DhtNode(initial_peers, own_host(worker))
-            _RELEASED[run_id] = released = threading.Event()
+            _NODES[run_id] = node = DhtNode(initial_peers, own_host(worker))
             if initial_peers:
-                threading.Thread(target=_release_when_driver_gone, args=(run_id, initial_peers[0], released),
+                threading.Thread(target=_release_when_driver_gone, args=(run_id, node, initial_peers[0]),
                                  name="labkit-dht-driver", daemon=True).start()
         return _NODES[run_id]
 
 
-def _release_when_driver_gone(run_id: str, driver: str, released: threading.Event) -> None:
-    """Ping the driver's node every `DRIVER_CHECK` s until the node is released; release it after
+def _release_when_driver_gone(run_id: str, node: DhtNode, driver: str) -> None:
+    """Ping the driver's node every `DRIVER_CHECK` s until `node` is shut down; release it after
     `DRIVER_MISSES` pings in a row went unanswered."""
     misses = 0
-    while not released.wait(DRIVER_CHECK):
-        node = _NODES.get(run_id)
+    while not node.closed.wait(DRIVER_CHECK):
         try:
-            misses = 0 if node is not None and node.answers(driver) else misses + 1
+            misses = 0 if node.answers(driver) else misses + 1
         except Exception:  # the node shut down meanwhile, or the ping failed outright
             misses += 1
         if misses >= DRIVER_MISSES:
@@ -254,8 +252,5 @@ def release(run_id: str) -> None:
     """Shut down this process's node of run `run_id`, if it has one."""
     with _NODES_LOCK:
         node = _NODES.pop(run_id, None)
-        released = _RELEASED.pop(run_id, None)
-    if released is not None:
-        released.set()
     if node is not None:
         node.shutdown()

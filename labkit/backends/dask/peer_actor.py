@@ -21,7 +21,7 @@ from distributed import get_worker
 from distributed.actor import Actor
 from distributed.comm import get_address_host
 
-from labkit.backends.dask.dht import ANNOUNCE_PERIOD, StageDirectory, node_for, release
+from labkit.backends.dask.dht import ANNOUNCE_PERIOD, StageDirectory, node_for
 from labkit.backends.dask.placement import has_gpu
 from labkit.backends.dask.remote import START_TIMEOUT
 from labkit.backends.dask.workers import prepare_worker
@@ -54,14 +54,14 @@ def _to_host(obj: Any) -> Any:
     return obj
 
 
-def announce_loop(worker: Any, actor: Any, stopped: threading.Event, announce: Callable[[], None],
+def announce_loop(worker: Any, actor: object, stopped: threading.Event, announce: Callable[[], None],
                   abandon: Callable[[], None]) -> None:
     """Announce once `worker` has registered `actor`, then every `ANNOUNCE_PERIOD` until `stopped`.
     (A request that reaches the worker before the registration fails with an error that
     distributed 2026.8 drops: its caller would wait forever.) If the worker lets the actor go
     before it is stopped, its run's driver is gone (a dead client's actors are released) and
-    nothing else will stop it: `abandon()` then ends its threads, and this worker's DHT node of
-    the run goes with the run's last actor here (orphans announced, and polled the DHT, forever)."""
+    nothing else will stop it: `abandon()` then ends its threads (orphans announced, and polled
+    the DHT, forever). The worker's DHT node goes by itself (`dht.node_for`)."""
     registered = time.monotonic() + START_TIMEOUT
     while not _holds(worker, actor):
         if stopped.wait(0.01) or time.monotonic() > registered:
@@ -76,8 +76,6 @@ def announce_loop(worker: Any, actor: Any, stopped: threading.Event, announce: C
         if not _holds(worker, actor):
             stopped.set()
             abandon()
-            if not any(getattr(a, "run_id", None) == actor.run_id for a in list(worker.state.actors.values())):
-                release(actor.run_id)
             return
 
 
@@ -109,7 +107,7 @@ class PeerActor:
         self.peer.load_state(state)
         self.peer.set_delay(delay)
         self.peer.dial = Neighbours().dial
-        self.run_id, self._key, self._worker = run_id, key, get_worker()
+        self._key, self._worker = key, get_worker()
         self._server = SocketServer(self._serve, get_address_host(self._worker.address), f"peer-{name}")
         self._record = {"address": self._worker.address, "data": self._server.address, "device": device}
         self._ema = 0.0  # seconds per data request, smoothed

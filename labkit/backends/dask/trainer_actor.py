@@ -149,7 +149,7 @@ class TrainerActor:
         sampler = WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed)
         self.trainer = Trainer(name, cfg, self.work, self.directory, sampler)
         self.trainer.start()
-        self.run_id, self._closed = run_id, threading.Event()
+        self._closed = threading.Event()
         threading.Thread(target=announce_loop, args=(get_worker(), self, self._closed, partial(self._beat, life_name),
                                                      self._close), name="labkit-heartbeat", daemon=True).start()
 

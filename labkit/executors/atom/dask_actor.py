@@ -37,7 +37,7 @@ class ReplicaActor:
         prepare_worker(cfg)
         if source is not None:
             state = replica_actor(*source).state().result()
-        self.run_id, self.name, self.step, self._key, self._worker = run_id, name, step, key, get_worker()
+        self.name, self.step, self._key, self._worker = name, step, key, get_worker()
         self.device = "cuda" if gpu_worker() and torch.cuda.is_available() else "cpu"
         corpus = load_corpus(cfg.data)
         self.plan = plan_submodels(cfg, state["params"], self.device)
