@@ -17,6 +17,7 @@ from labkit import events
 from labkit.config import RunConfig
 from labkit.model.assembly import stage_module
 from labkit.model.partition import stage_bounds
+from labkit.runtime.joining import catch_up, start_joiner
 from labkit.runtime.ports import PeerFactory, PeerHandle
 from labkit.runtime.resize import recut_states
 from labkit.runtime.shards import Checkpoints
@@ -24,6 +25,7 @@ from labkit.swarm.ledger import StepLedger
 from labkit.swarm.rebalance import choose_move, join_stage
 
 LOAD_PERIOD = 0.25  # seconds between `load` events (each live peer's queue length)
+SPLIT_TRIES = 3  # starts of a joiner before add_peer gives up on a layer split that keeps changing
 
 
 class Run(Protocol):
@@ -137,20 +139,22 @@ class Membership:
         states = recut_states(states, lambda stage, params: stage_module(cfg, stage, params), cfg.stages)
         for name, old in list(self.peers.items()):
             old.close()
-            self.peers[name] = self.c.factory.start_peer(name, old.stage, states[old.stage], source=None,
-                                                         delay=old.delay, running=self.c.running,
-                                                         emulates=self.emulates.get(name))
-            if self.c.running:
-                self.c.factory.admit(self.peers[name])
+            try:
+                self.peers[name] = self.c.factory.start_peer(name, old.stage, states[old.stage], source=None,
+                                                             delay=old.delay, running=self.c.running,
+                                                             emulates=self.emulates.get(name))
+                if self.c.running:
+                    self.c.factory.admit(self.peers[name])
+            except Exception as exc:  # its worker died or hangs: lost, as a killed peer is
+                self._kill(name, f"it failed to restart with the new layer split: {type(exc).__name__}: {exc}")
         return states
 
     # -- verbs -------------------------------------------------------------------------------
     def add_peer(self, stage: int | None = None, *, emulates: str | None = None) -> str:
         """Start a peer on `stage` (None: Algorithm 2 picks) with a neighbour's state, in a world in
-        peer `emulates`'s place (`move_peer`'s; default a joiner's). The start (a worker's imports,
-        the model, the state download: seconds on Dask) runs without the coordinator's lock, so
-        steps and faults go on meanwhile; the peer enters under the lock, with the state committed
-        since if a step was taken meanwhile."""
+        peer `emulates`'s place (`move_peer`'s; default a joiner's). The start (seconds on Dask) runs
+        without the lock, so steps and faults go on; the peer enters under it, caught up if a step
+        was taken meanwhile, or is started again if the layer split changed."""
         c = self.c
         with c.lock:
             c.live_or_raise("add_peer")
@@ -158,41 +162,35 @@ class Membership:
                 stage = join_stage({p.name: (p.stage, p.queue_length) for p in self.peers.values()}, c.cfg.stages)
             if not (isinstance(stage, int) and 0 <= stage < c.cfg.stages):
                 raise ValueError(f"stage={stage!r} is not allowed: an integer in [0, {c.cfg.stages - 1}] or None")
-            name, version, bounds, neighbours = self._next_name(stage), c.version, self.bounds, self.live(stage)
-        try:  # an emptied stage's peer starts from the checkpoint the run goes back to
-            peer = c.factory.start_peer(name, stage, None if neighbours else c.checkpoints.latest.shard(stage),
-                                        source=(neighbours or [None])[0], delay=0.0, running=c.running, emulates=emulates)
-        except Exception:
-            if not neighbours:
-                raise
-            # the download failed (the neighbour or the worker died): from the newest checkpoint, then catch up
-            peer = c.factory.start_peer(name, stage, c.checkpoints.latest.shard(stage), source=None, delay=0.0,
-                                        running=c.running, emulates=emulates)
-            version = -1
-        with c.lock:
-            try:
+            name = self._next_name(stage)
+        for _ in range(SPLIT_TRIES):
+            with c.lock:
                 c.live_or_raise("add_peer")
-                if self.bounds != bounds:
-                    raise RuntimeError(f"the layer split changed while {name} started: add it again")
-                if c.version != version:  # a step (or a rollback) happened meanwhile: catch up from a neighbour
-                    live = self.live(stage)
-                    caught_up = (peer.call("copy_from", live[0].contact) if live else
-                                 peer.call("restore", c.checkpoints.latest.shard(stage),
-                                             c.checkpoints.latest.schedule.cfg))
-                    caught_up.result(c.cfg.peer_timeout)
-            except Exception:
-                peer.kill()
-                raise
-            self._enter(name, peer, emulates)
-            if stage in c.paused:
-                c.paused.discard(stage)
-                if not c.paused:
-                    c.rollback(f"stage {stage} had lost every peer")
-                    c.emit(events.run(c.clock(), state="resumed", reason=f"{name} joined stage {stage}; the run went "
-                                                                         f"back to its checkpoint of step {c.ledger.step}"))
-            c.cond.notify_all()
-        c.factory.admit(peer)
-        return name
+                version, bounds, neighbours = c.version, self.bounds, self.live(stage)
+            peer, fell_back = start_joiner(c.factory, c.checkpoints, name, stage, neighbours, running=c.running,
+                                           emulates=emulates)
+            with c.lock:
+                try:
+                    c.live_or_raise("add_peer")
+                    if self.bounds == bounds and (fell_back or c.version != version):  # behind the run: catch up
+                        catch_up(peer, stage, self.live(stage), c.checkpoints, c.cfg.peer_timeout)
+                except Exception:
+                    peer.kill()
+                    raise
+                if self.bounds != bounds:  # its layers are no longer its stage's: start it again
+                    peer.kill()
+                    continue
+                self._enter(name, peer, emulates)
+                if stage in c.paused:
+                    c.paused.discard(stage)
+                    if not c.paused:
+                        c.rollback(f"stage {stage} had lost every peer")
+                        c.emit(events.run(c.clock(), state="resumed", reason=f"{name} joined stage {stage}; "
+                                          f"the run went back to its checkpoint of step {c.ledger.step}"))
+                c.cond.notify_all()
+            c.factory.admit(peer)
+            return name
+        raise RuntimeError(f"the layer split changed {SPLIT_TRIES} times while {name} started: add it again")
 
     def stage_empty(self, stage: int) -> None:
         """`stage` has no live peer (the last one left, or a trainer found none): its committed
@@ -231,7 +229,12 @@ class Membership:
                 raise ValueError(f"moving {name} would leave stage {peer.stage} without peers")
             place = self.emulates.get(name, name)
             _, lost = self._remove(name)
-        new = self.add_peer(stage, emulates=place)
+        try:
+            new = self.add_peer(stage, emulates=place)
+        except Exception as exc:  # it left its stage and never reached the other: lost, and said so
+            c.emit(events.peer(c.clock(), peer=name, stage=peer.stage, state="killed", queue=0) | {"lost_samples": lost,
+                   "reason": f"moved to stage {stage}, where it failed to start: {type(exc).__name__}: {exc}"})
+            raise
         c.emit(events.peer(c.clock(), peer=name, stage=peer.stage, state="moved", queue=0)
                | {"to": new, "to_stage": stage, "lost_samples": lost})
         return new
@@ -256,10 +259,9 @@ class Membership:
             return None if move is None else self.move_peer(move.peer, move.target)
 
     def drop_gradients(self, name: str, reason: str) -> None:
-        """A peer holds gradients no credit will come for (the step boundary's verdict): it drops
-        them all (queued behind whatever reached it first) and the ledger withdraws its credits,
-        to be recomputed. Its parameters are untouched, so it serves on (evicting it could leave a
-        stage with no peer); evicted instead if it fails to drop them."""
+        """A peer holds gradients no credit will come for (the boundary's verdict): it drops them
+        all (after whatever reached it first), its credits are recomputed, and it serves on
+        (evicting it could empty its stage); evicted instead if it fails to drop them."""
         with self.c.lock:
             peer = self.peers.get(name)
             if peer is None or self.c.closed:
@@ -285,13 +287,10 @@ class Membership:
             self.drop_gradients(name, why)
 
     def stop_all(self, crash: bool) -> None:
-        """Crash every peer, or close each after its queued requests (the run is over); from a copy
-        of the registry, without the lock (a boundary waiting on a slow peer may hold it)."""
+        """Crash every peer, or close each after its queued requests (the run is over), without
+        the lock (a boundary waiting on a slow peer may hold it)."""
         for p in list(self.peers.values()):
-            if crash:
-                p.kill()
-            else:
-                p.close()
+            (p.kill if crash else p.close)()
 
     def evict(self, name: str, reason: str) -> None:
         """Kill a peer for a fault, unless it is already gone (or the run is over)."""

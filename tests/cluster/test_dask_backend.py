@@ -101,13 +101,20 @@ def test_embedded_cluster_trains_with_falling_loss(small_run: RunConfig, tmp_pat
 
 def test_matches_single_process_and_keeps_it_across_a_layer_split(cluster, small_run: RunConfig, tmp_path: Path) -> None:
     """Synchronous equivalence holds across processes, and re-cutting the stages mid-run moves
-    blocks with their optimizer state without changing the model."""
-    cfg = _float64(small_run, steps=6)
+    blocks with their optimizer state without changing the model. A liveness check of a peer the
+    split replaced (under the same name) that finds it silent evicts no one."""
+    cfg = _float64(small_run, steps=8)
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
     run.wait_for(step=2, timeout=120)
+    core = run._core.c  # noqa: SLF001 - the stale check's hook
+    replaced = core.members.peers["s1p0"]
     run.set_layer_split([3, 1])
+    run.wait_for(step=4, timeout=120)
+    assert core.members.peers["s1p0"] is not replaced and run.state()["status"] == "running"
+    core.factory.peer_silent(replaced, "checked before the split replaced it, it did not answer (hung)")
     summary = run.wait(300)
     assert summary["status"] == "finished", summary
+    assert [e for e in run.events.history("peer") if e["state"] == "killed"] == []
     assert [e["value"] for e in run.events.history("setting") if e["name"] == "layer_split"] == [[3, 1]]
     checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     assert checkpoint["config"]["layer_split"] == [3, 1]

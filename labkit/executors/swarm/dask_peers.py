@@ -222,9 +222,15 @@ class DaskPeers:
     def _check_peer(self, name: str, why: str, answered: Callable[[], None] = lambda: None) -> None:
         """Evict peer `name` (`why`: what made it suspect) unless it answers a direct check in time."""
         if isinstance(peer := self.coordinator.members.peers.get(name), RemotePeer):
-            self._probes.start(name, ALIVE, lambda wait: peer.call(ALIVE).result(wait), lambda wait: self._hung(
-                peer.worker, f"{why} and it did not answer a liveness check within {wait:.1f} s (hung)",
-                lambda reason: self._gone(name, reason)), answered)
+            self._probes.start(name, ALIVE, lambda wait: peer.call(ALIVE).result(wait), lambda wait: self.peer_silent(
+                peer, f"{why} and it did not answer a liveness check within {wait:.1f} s (hung)"), answered)
+
+    def peer_silent(self, peer: RemotePeer, reason: str) -> None:
+        """A check found `peer` silent: its worker hangs, unless the run let that peer go meanwhile
+        (a kill or move closes it, a layer split replaces it under its name): a closed peer
+        answers no check, and its worker may host its successor."""
+        if self.coordinator.members.peers.get(peer.name) is peer:
+            self._hung(peer.worker, reason, lambda why: self._gone(peer.name, why))
 
     def _hung(self, worker: str, reason: str, lost: Callable[[str], None]) -> None:
         """A check found `worker` hung: the fleet loses its every actor (so `_worker_left` evicts or
