@@ -292,8 +292,9 @@ class Membership:
         for p in list(self.peers.values()):
             (p.kill if crash else p.close)()
 
-    def evict(self, name: str, reason: str) -> None:
-        """Kill a peer for a fault, unless it is already gone (or the run is over)."""
+    def evict(self, name: str, reason: str, peer: PeerHandle | None = None) -> None:
+        """Kill a peer for a fault, unless it is already gone (or the run is over, or the peer
+        under `name` is no longer `peer`, the one found at fault)."""
         with self.c.lock:
-            if name in self.peers and not self.c.closed:
+            if name in self.peers and peer in (None, self.peers[name]) and not self.c.closed:
                 self._kill(name, reason)

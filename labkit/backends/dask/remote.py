@@ -47,6 +47,7 @@ class RemotePeer:
         self._client: SocketClient | None = None
         self._lock = threading.Lock()
         self._dead = False
+        self.let_go = False  # the run killed or closed it: its silence says nothing of its worker
 
     @property
     def actor(self) -> Actor:
@@ -114,6 +115,7 @@ class RemotePeer:
 
     def kill(self) -> None:
         """Crash the peer if its process still answers (it may be gone already); never blocks."""
+        self.let_go = True
         self.crashed()
         if self._on_kill is not None:
             self._on_kill(self)
@@ -121,6 +123,7 @@ class RemotePeer:
 
     def close(self) -> None:
         """Stop the peer after its queued requests (a clean shutdown)."""
+        self.let_go = True
         self._stop(False)
 
     def _stop(self, crash: bool) -> None:

@@ -163,7 +163,7 @@ class DaskPeers:
             return
         peer = c.members.peers.get(handle.name)
         if isinstance(peer, RemotePeer) and peer.worker == handle.worker:
-            self._gone(handle.name, reason)
+            self._gone(peer, reason)
 
     def _restart(self, trainer: RemoteTrainer, handle: ActorHandle, reason: str) -> None:
         """Trainer life `handle` is lost (`reason`): its microbatches are handed out again and the
@@ -187,14 +187,12 @@ class DaskPeers:
                 return
             handle.release()  # the old life's actor goes (a start still queued on its worker is dropped)
 
-    def _gone(self, name: str, reason: str) -> None:
-        """Peer `name` is dead or hung: its waiting requests fail now, without the coordinator's
-        lock (a step boundary waiting on this peer holds it, and then goes on and evicts it), and
-        the coordinator evicts it."""
-        peer = self.coordinator.members.peers.get(name)
-        if isinstance(peer, RemotePeer):
-            peer.crashed()
-        self.coordinator.members.evict(name, reason)
+    def _gone(self, peer: RemotePeer, reason: str) -> None:
+        """`peer` is dead or hung: its waiting requests fail now, without the coordinator's lock
+        (a step boundary waiting on this peer holds it, and then goes on and evicts it), and the
+        coordinator evicts it (not a successor the lock's holder started under its name)."""
+        peer.crashed()
+        self.coordinator.members.evict(peer.name, reason, peer)
 
     def _watch(self) -> None:
         """Every announce period: read the DHT, check who fell silent there, give new workers a peer."""
@@ -229,8 +227,8 @@ class DaskPeers:
         """A check found `peer` silent: its worker hangs, unless the run let that peer go meanwhile
         (a kill or move closes it, a layer split replaces it under its name): a closed peer
         answers no check, and its worker may host its successor."""
-        if self.coordinator.members.peers.get(peer.name) is peer:
-            self._hung(peer.worker, reason, lambda why: self._gone(peer.name, why))
+        if not peer.let_go:
+            self._hung(peer.worker, reason, lambda why: self._gone(peer, why))
 
     def _hung(self, worker: str, reason: str, lost: Callable[[str], None]) -> None:
         """A check found `worker` hung: the fleet loses its every actor (so `_worker_left` evicts or
