@@ -34,6 +34,7 @@ from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.runtime.reference import train_reference
 from tests.cluster.helpers import assert_exact_accounting
+from tests.cluster.test_hung_workers import CASES as EXECUTORS
 from tests.coordinator_death import death_config, kill_the_coordinator_and_resume, kill_the_driver
 from tests.waiting import wait_until
 
@@ -385,14 +386,16 @@ def test_a_dask_run_whose_coordinator_was_sigkilled_resumes_from_its_run_directo
     print(f"resumed from the checkpoint of step {step}")
 
 
-def test_an_atom_runs_dead_driver_leaves_no_thread_on_the_workers(own_cluster, small_run: RunConfig,
-                                                                   tmp_path: Path) -> None:
-    """ATOM's replicas take the same way out as SWARM's actors when their run's driver dies."""
-    cfg = small_run.replace(steps=100_000, executor=AtomConfig(replicas=3, accumulation=2))
+@pytest.mark.parametrize("executor", sorted(EXECUTORS))
+def test_every_executors_dead_driver_leaves_no_thread_on_the_workers(own_cluster, tmp_path: Path,
+                                                                     executor: str) -> None:
+    """ATOM's replicas, the pipeline's peers and the task pool's clients take the same way out as
+    SWARM's actors when their run's driver dies."""
+    cfg = EXECUTORS[executor][0].replace(steps=100_000)
     events = tmp_path / "run" / "events.jsonl"
     kill_the_driver(cfg, tmp_path / "run", lambda: events.exists() and '"type": "step"' in events.read_text(),
-                    "the ATOM driver's first step", backend="dask", scheduler=own_cluster.scheduler_address)
-    print(f"the dead ATOM driver's replicas and DHT nodes were gone {_no_orphans(own_cluster):.1f} s after the kill")
+                    f"the {executor} driver's first step", backend="dask", scheduler=own_cluster.scheduler_address)
+    print(f"the dead {executor} driver's actors and DHT nodes were gone {_no_orphans(own_cluster):.1f} s after the kill")
 
 
 def _labkit_threads(dask_worker=None) -> list[str]:

@@ -79,6 +79,16 @@ def announce_loop(worker: Any, actor: object, stopped: threading.Event, announce
             return
 
 
+def watch_for_release(actor: object, name: str, abandon: Callable[[], None]) -> threading.Event:
+    """Watch, on a thread `name`, that this worker still holds `actor`: if it lets the actor go
+    before the returned event is set, the run's driver is gone and `abandon()` ends the actor's
+    threads (`announce_loop`, announcing nothing)."""
+    stopped = threading.Event()
+    threading.Thread(target=announce_loop, args=(get_worker(), actor, stopped, lambda: None, abandon), name=name,
+                     daemon=True).start()
+    return stopped
+
+
 def _holds(worker: Any, actor: object) -> bool:
     """Whether `worker` holds `actor` among its actors."""
     return any(a is actor for a in list(worker.state.actors.values()))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
+from labkit.backends.dask.peer_actor import watch_for_release
 from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig
 from labkit.executors.pipeline.peers import stage_peer
@@ -32,6 +33,7 @@ class StageActor:
     def __init__(self, name: str, stage: int, cfg: RunConfig, state: dict[str, Any], key: str) -> None:
         prepare_worker(cfg)
         self.peer = stage_peer(cfg, name, stage, state)
+        self._stopped = watch_for_release(self, f"labkit-watch-{name}", self.peer.kill)
 
     async def run(self, method: str, *args: Any) -> Any:
         """`StagePeer.<method>(*args)`, queued behind the peer's other requests."""
@@ -41,6 +43,7 @@ class StageActor:
         self.peer.set_delay(seconds)
 
     async def kill(self) -> None:
+        self._stopped.set()
         self.peer.kill()
 
 

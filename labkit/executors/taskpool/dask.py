@@ -35,7 +35,7 @@ class ClientActor:
     def __init__(self, name: str, stage: int, cfg: RunConfig, params: dict[str, torch.Tensor], key: str) -> None:
         prepare_worker(cfg)
         self.client = StageClient(cfg, name, stage, params)
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"client-{name}")
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"labkit-client-{name}")
 
     async def run(self, method: str, *args: Any) -> Any:
         """`StageClient.<method>(*args)` on the client's thread."""
