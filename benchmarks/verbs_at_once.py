@@ -3,7 +3,7 @@ and a checkpoint sent at the same moment from eleven threads, two layer splits a
 a peer is killed) on one 8-worker cluster, `--runs` times, with `--hogs` busy processes beside it
 (a loaded CI machine). A failing run prints its verbs' outcomes and the peers' story.
 
-    python benchmarks/verbs_at_once.py [--runs 24] [--hogs 2]
+    PYTHONPATH=. python benchmarks/verbs_at_once.py [--runs 24] [--hogs 2]
 
 Last line: verbs_at_once runs=<n> failed=<m> hogs=<h>
 """
