@@ -16,19 +16,6 @@ from labkit.runtime.handle import RunHandle
 from tests.processes import reap
 
 REAP_SECONDS = 60  # how long a leaked run may take to stop before its processes are killed
-# Under pytest-xdist (`-n 2 --dist loadgroup`): the tests that run in one process, in order. The
-# Dask tests share the session's cluster; the browser tests show the notebooks nbmake executed in
-# the same process (tests/browser/conftest.py); and the two kinds, each loading both cores, take
-# turns rather than run at once. The other tests run beside them, in the other process.
-ONE_PROCESS = ("tests/cluster/", "tests/integration/test_cli_signals.py", "notebooks/", "tests/browser/")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the tests under `ONE_PROCESS` as one group (a mark pytest-xdist's loadgroup reads)."""
-    root = str(config.rootpath) + os.sep
-    for item in items:
-        if str(item.path).removeprefix(root).startswith(ONE_PROCESS):
-            item.add_marker(pytest.mark.xdist_group("one-process"))
 
 
 @pytest.fixture
