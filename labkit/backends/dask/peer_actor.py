@@ -122,18 +122,22 @@ class PeerActor:
         self._record = {"address": self._worker.address, "data": self._server.address, "device": device}
         self._ema = 0.0  # seconds per data request, smoothed
         self._directory = StageDirectory(node_for(run_id, dht_peers), run_id, cfg.stages)
-        self._stopped = threading.Event()
+        self._stopped, self._live = threading.Event(), threading.Event()
         if live:
-            self._go_live()
-
-    def _go_live(self) -> None:
-        threading.Thread(target=announce_loop, args=(self._worker, self, self._stopped, self._announce, self._crash),
-                         name=f"announce-{self.peer.name}", daemon=True).start()
+            self._live.set()
+        # watched from the start: a joiner its run let go before admitting it stops too
+        threading.Thread(target=announce_loop, args=(self._worker, self, self._stopped, self._announce_if_live,
+                                                     self._crash), name=f"announce-{name}", daemon=True).start()
 
     async def go_live(self) -> None:
         """Start announcing (a peer started with `live=False` joins mid-run: the coordinator
-        admits it, then trainers may find it)."""
-        self._go_live()
+        admits it, then trainers may find it): at once, then with the others."""
+        self._live.set()
+        threading.Thread(target=self._announce, name=f"announce-{self.peer.name}-now", daemon=True).start()
+
+    def _announce_if_live(self) -> None:
+        if self._live.is_set():
+            self._announce()
 
     def _announce(self) -> None:
         p = self.peer

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
+from labkit.backends.dask.peer_actor import watch_for_release
 from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig
 from labkit.runtime.run import Run
@@ -36,6 +37,8 @@ class ClientActor:
         prepare_worker(cfg)
         self.client = StageClient(cfg, name, stage, params)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"labkit-client-{name}")
+        # its thread would end only once the released actor is collected: end it when let go
+        watch_for_release(self, f"labkit-watch-{name}", partial(self._thread.shutdown, wait=False, cancel_futures=True))
 
     async def run(self, method: str, *args: Any) -> Any:
         """`StageClient.<method>(*args)` on the client's thread."""
