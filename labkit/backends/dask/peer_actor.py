@@ -81,8 +81,8 @@ def announce_loop(worker: Any, actor: object, stopped: threading.Event, announce
 
 def watch_for_release(actor: object, name: str, abandon: Callable[[], None]) -> threading.Event:
     """Watch, on a thread `name`, that this worker still holds `actor`: if it lets the actor go
-    before the returned event is set, the run's driver is gone and `abandon()` ends the actor's
-    threads (`announce_loop`, announcing nothing)."""
+    before the returned event is set (its run released it, or the run's driver is gone),
+    `abandon()` ends the actor's threads (`announce_loop`, announcing nothing)."""
     stopped = threading.Event()
     threading.Thread(target=announce_loop, args=(get_worker(), actor, stopped, lambda: None, abandon), name=name,
                      daemon=True).start()
