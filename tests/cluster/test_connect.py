@@ -36,21 +36,51 @@ def http_port() -> Iterator[int]:
     server.shutdown()
 
 
-def test_a_silent_socket_times_out_with_what_answered(silent_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(connecting, "CONNECT_TIMEOUT", 1)
+@pytest.fixture
+def chatty_port() -> Iterator[int]:
+    """A service that speaks first, as SSH does, and then stays silent."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn = server.accept()[0]
+            except OSError:
+                return
+            accepted.append(conn)
+            conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1]
+    for conn in accepted:
+        conn.close()
+    server.close()
+
+
+def test_a_silent_socket_is_named_in_seconds(silent_port: int) -> None:
     start = time.monotonic()
-    with pytest.raises(ConnectionError, match="did not answer as a Dask scheduler within 6 s .something accepted "
+    with pytest.raises(ConnectionError, match="cannot be reached as a Dask scheduler .something accepted "
                                               "the connection but never answered"):
         connecting.connect(f"tcp://127.0.0.1:{silent_port}", RunConfig())
+    assert time.monotonic() - start < connecting.HANDSHAKE_FIRST_S + 4  # the probe, then what_answers' 2 s
+
+
+def test_a_service_that_speaks_first_meets_the_hard_deadline(chatty_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connecting, "CONNECT_TIMEOUT", 1)
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match="(did not answer as|cannot be reached as) a Dask scheduler.*a non-Dask "
+                                              "service answered b.SSH-2.0"):
+        connecting.connect(f"tcp://127.0.0.1:{chatty_port}", RunConfig())
     assert time.monotonic() - start < 15
 
 
-def test_an_http_server_is_named(http_port: int, capsys: pytest.CaptureFixture[str],
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(connecting, "CONNECT_TIMEOUT", 1)
-    with pytest.raises(ConnectionError, match="did not answer as a Dask scheduler.*an HTTP server answered: "
+def test_an_http_server_is_named(http_port: int, capsys: pytest.CaptureFixture[str]) -> None:
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match="cannot be reached as a Dask scheduler .an HTTP server answered: "
                                               ".HTTP/1.0 501"):
         connecting.connect(f"tcp://127.0.0.1:{http_port}", RunConfig())
+    assert time.monotonic() - start < connecting.HANDSHAKE_FIRST_S + 4
     capsys.readouterr()
     assert main(["train", "--scheduler", f"tcp://127.0.0.1:{http_port}", "--steps", "1", "--no-progress"]) == 1
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("labkit")]

@@ -1,7 +1,8 @@
 """Reaching a cluster: an embedded `LocalCluster`, or a scheduler at an address, within a bound.
 
 A scheduler address may hold something else (an HTTP server, a socket that never answers):
-Dask's client then hangs in its handshake or fails with an unrelated error. Connecting runs with
+Dask's client then hangs in its handshake or fails with an unrelated error. A tcp:// address is
+first probed (a scheduler sends its handshake as soon as a connection opens), connecting runs with
 a hard deadline, and a failure says what answered at the address.
 """
 
@@ -21,6 +22,7 @@ from labkit.config import RunConfig
 from labkit.runtime.background import in_background
 
 CONNECT_TIMEOUT = 10  # seconds to reach a given scheduler
+HANDSHAKE_FIRST_S = 3.0  # seconds a tcp:// scheduler has to send its handshake to a bare connection
 SPARE_WORKERS = 1  # an embedded cluster's workers beyond what the executor's spec asks for: room for add_peer
 DETACH = "labkit.backends.dask.detach"  # workers in process groups of their own: a Ctrl-C is the driver's
 _HINT = "give the address `dask scheduler` prints, like tcp://10.0.0.5:8786"
@@ -51,6 +53,9 @@ def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> t
                                      config=worker_config,
                                      silence_logs=logging.CRITICAL)  # its shutdown chatter; faults are the run's events
         return Client(cluster), cluster
+    if _not_a_scheduler(scheduler):  # in seconds, where Dask's client would retry past CONNECT_TIMEOUT
+        raise ConnectionError(f"scheduler={scheduler!r} cannot be reached as a Dask scheduler "
+                              f"({what_answers(scheduler)}); {_HINT}")
     # a daemon thread: a handshake that never ends must not keep the process alive at exit
     attempt = in_background(partial(Client, scheduler, timeout=CONNECT_TIMEOUT), name="labkit-connect")
     try:
@@ -77,18 +82,45 @@ def _close_late_client(attempt: Future) -> None:
         attempt.result().close()
 
 
+def _endpoint(address: str) -> tuple[str, int] | None:
+    """(host, port) of a host:port address (any scheme), else None."""
+    parsed = urlparse(address if "://" in address else f"tcp://{address}")
+    try:
+        port = parsed.port
+    except ValueError:  # out of range
+        return None
+    return None if parsed.hostname is None or port is None else (parsed.hostname, port)
+
+
+def _not_a_scheduler(address: str, timeout: float = HANDSHAKE_FIRST_S) -> bool:
+    """Whether the tcp:// `address` surely holds no Dask scheduler: nothing listens there, or what
+    accepts sends no handshake within `timeout` s (a scheduler writes its own at once, before it
+    reads; a bare connect and close makes it log nothing). Any other answer is left to the client."""
+    endpoint = _endpoint(address)
+    if endpoint is None or "://" in address and not address.startswith("tcp://"):  # tls:// waits for a hello
+        return False
+    try:
+        with socket.create_connection(endpoint, timeout=timeout) as probe:
+            return not probe.recv(1)
+    except (ConnectionRefusedError, TimeoutError):
+        return True
+    except (OSError, ValueError):  # unreachable, unresolvable: the client's own attempt says how
+        return False
+
+
 def what_answers(address: str, timeout: float = 2.0) -> str:
     """What listens at `address` (tcp://host:port), in words: nothing, an HTTP server, or a
     socket that accepts and stays silent or answers something else."""
-    parsed = urlparse(address if "://" in address else f"tcp://{address}")
-    if parsed.hostname is None or parsed.port is None:
+    endpoint = _endpoint(address)
+    if endpoint is None:
         return "not a tcp://host:port address"
+    host, port = endpoint
     try:
-        with socket.create_connection((parsed.hostname, parsed.port), timeout=timeout) as probe:
+        with socket.create_connection(endpoint, timeout=timeout) as probe:
             probe.sendall(b"HEAD / HTTP/1.0\r\n\r\n")
             reply = probe.recv(64)
     except ConnectionRefusedError:
-        return f"nothing listens on {parsed.hostname}:{parsed.port}"
+        return f"nothing listens on {host}:{port}"
     except TimeoutError:
         return "something accepted the connection but never answered"
     except OSError as exc:
