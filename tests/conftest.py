@@ -47,7 +47,7 @@ def reap_runs(monkeypatch: pytest.MonkeyPatch, kept_processes: list[Callable[[],
 
     monkeypatch.setattr(launching, "launch", recording)
     me = psutil.Process(os.getpid())
-    before = {p.pid for p in me.children()}
+    before = {p.pid for p in _started(me)}
     yield launched
     for run in launched:
         if not run.done:
@@ -55,7 +55,22 @@ def reap_runs(monkeypatch: pytest.MonkeyPatch, kept_processes: list[Callable[[],
     for run in launched:
         run.wait(REAP_SECONDS)
     kept = set().union(*(pids() for pids in kept_processes))
-    reap([p for p in me.children() if p.pid not in before | kept and not _shared_helper(p)])
+    reap([p for p in _started(me) if p.pid not in before | kept])
+
+
+def _started(me: psutil.Process) -> list[psutil.Process]:
+    """The processes a test may leave behind: this process's children, except the session's
+    shared helpers, and the forkserver's children (an embedded cluster's workers are forked there)."""
+    started = []
+    for child in me.children():
+        if not _shared_helper(child):
+            started.append(child)
+            continue
+        try:
+            started += child.children()
+        except psutil.Error:
+            continue
+    return started
 
 
 def _shared_helper(process: psutil.Process) -> bool:

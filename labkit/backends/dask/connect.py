@@ -9,6 +9,7 @@ a hard deadline, and a failure says what answered at the address.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import socket
 from functools import partial
 from concurrent.futures import Future
@@ -17,6 +18,7 @@ from urllib.parse import urlparse
 
 import dask
 from distributed import Client, LocalCluster
+from distributed.utils import get_mp_context
 
 from labkit.config import RunConfig
 from labkit.runtime.background import in_background
@@ -30,6 +32,10 @@ _HINT = "give the address `dask scheduler` prints, like tcp://10.0.0.5:8786"
 # torch puts tensors of 2 MB and more on transparent huge pages (a stage's 103 MB of logits on the
 # 50,304-word head fault in 2,000 pages a microbatch instead of 100,000), and Dask's own sampling
 # profiler and 20 ms loop ticks stay off the cores the peers compute on (docs/benchmarks.md).
+# What a worker imports for its first run, imported once in the server its workers fork from (torch's
+# optimizers pull in torch._dynamo and sympy at their first step; the DHT, hivemind and its codecs)
+WARM_IMPORTS = ("distributed", "torch", "torch._dynamo", "torch.distributed.nn", "sympy", "hivemind",
+                "labkit.backends.dask.peer_actor", "labkit.backends.dask.trainer_actor", "labkit.backends.dask.dht")
 WORKER_ENV = {"THP_MEM_ALLOC_ENABLE": "1"}  # read by torch at its first allocation: set before the worker starts
 WORKER_CONFIG = {"distributed": {"worker": {"profile": {"enabled": False}},
                                   "admin": {"tick": {"interval": "500ms"}, "system-monitor": {"interval": "2s"}}}}
@@ -69,11 +75,28 @@ def connect(scheduler: str | None, cfg: RunConfig, host: str = "127.0.0.1") -> t
                               f"({what_answers(scheduler)}: {type(exc).__name__}: {str(exc)[:120]}); {_HINT}") from None
 
 
-def restarting_cluster(workers: int, host: str = "127.0.0.1", **options: object) -> LocalCluster:
+def restarting_cluster(workers: int, host: str = "127.0.0.1", warm: bool = True, **options: object) -> LocalCluster:
     """A `LocalCluster` of `workers` one-thread worker processes whose nannies restart a killed
-    worker however often it dies (`NANNIES_KEEP_RESTARTING`); `options` go to `LocalCluster`."""
+    worker however often it dies (`NANNIES_KEEP_RESTARTING`), each forked from a warm server
+    (`fork_from_a_warm_server`; `warm=False` spawns them, the baseline of
+    benchmarks/cluster_start.py); `options` go to `LocalCluster`."""
     dask.config.set(NANNIES_KEEP_RESTARTING)
+    if warm:
+        fork_from_a_warm_server()
     return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=host, **options)
+
+
+def fork_from_a_warm_server() -> None:
+    """Have this process's nannies fork their workers from multiprocessing's forkserver, which
+    imports torch and labkit's actors once (`WARM_IMPORTS`), instead of spawning each worker to
+    import them again: on 2 cores, 8 workers spent about 8 s of a cluster's first run on imports,
+    and a worker restarted after a kill spent them again. The server ignores a terminal's Ctrl-C;
+    where this platform has no forkserver, workers are spawned as before."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return
+    dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
+    get_mp_context()  # distributed's own preload, set once; ours replaces it until the server starts
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(WARM_IMPORTS))
 
 
 def _close_late_client(attempt: Future) -> None:
