@@ -64,7 +64,9 @@ def main() -> None:
     figures: dict[str, object] = {"stages": 2, "peers": 2, "trainers": 2, "microbatch": 8, "global_batch": 32,
                                   "seq_len": args.seq_len, "steps": args.steps, "runs": []}
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client
+
+        from labkit.backends.dask.connect import restarting_cluster
     except ImportError as exc:
         print(f"dask skipped: {exc}")
         write(args.out, "dask", {**figures, "skipped": f"{type(exc).__name__}: {exc}"})
@@ -73,8 +75,9 @@ def main() -> None:
     workers = 2 * 2 + 2 + 1 + 1  # peers, trainers, the coordinator, one spare
     resources = {"GPU": 1} if gpu else {}
     started = time.perf_counter()
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", resources=resources) as cluster, Client(cluster) as client:
+    # restarting_cluster, as an embedded cluster: its workers fork from the warm server (torch imported, CUDA not)
+    with restarting_cluster(workers, dashboard_address="127.0.0.1:0", resources=resources) as cluster, \
+            Client(cluster) as client:
         print(f"dask cluster of {workers} workers (resources {resources or 'none: no CUDA here'}) up in "
               f"{time.perf_counter() - started:.1f} s", flush=True)
         for size in args.sizes:
