@@ -236,10 +236,11 @@ def chaos(minutes: float, kill_every: float, rng: random.Random, hang_share: flo
 
 def recoveries(kills: list[Kill], stamps: Stamps) -> None:
     """Fill each fault's seconds to the next step and to its replacement's first hop, and a hung
-    worker's seconds to its eviction. The nanny restarts every killed worker, and each restart joins
-    as a peer: in SIGKILL order, each fault takes the first join after its SIGKILL, and a peer's
-    replacement is that join's peer (its seconds to serve count from the SIGKILL); a trainer's is
-    itself, restarted under its name (counted from the fault)."""
+    worker's seconds to its eviction. The nanny restarts every killed worker, and a restart joins as
+    a peer unless a restarted trainer took it first: in SIGKILL order, each peer's fault takes the
+    first join after its SIGKILL that no earlier one took, and its replacement is that join's peer
+    (its seconds to serve count from the SIGKILL); a trainer's is itself, restarted under its name
+    (counted from the fault), and takes no join."""
     joins = [(t, e["value"].split(" serves ")[-1]) for t, e in stamps.events
              if e["type"] == "setting" and e["name"] == "worker_joined"]
     for kill in sorted(kills, key=lambda k: k.killed):
@@ -249,10 +250,10 @@ def recoveries(kills: list[Kill], stamps: Stamps) -> None:
             out = stamps.after(kill.at, lambda e, n=kill.name: (e["type"] == "peer" and e["peer"] == n and e["state"] == "killed")
                                or (e["type"] == "setting" and e["name"] == "trainer_lost" and e["value"].startswith(n + "#")))
             kill.evicted = None if out is None else out[0] - kill.at
-        joined = next((j for j in joins if j[0] >= kill.killed), None)
+        trainer = kill.role.endswith("trainer")
+        joined = None if trainer else next((j for j in joins if j[0] >= kill.killed), None)
         if joined is not None:
             joins.remove(joined)
-        trainer = kill.role.endswith("trainer")
         kill.replacement = kill.name if trainer else None if joined is None else joined[1]
         if kill.replacement is not None:
             since = kill.at if trainer else kill.killed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import socket
 import threading
 import time
@@ -87,20 +88,26 @@ def test_an_http_server_is_named(http_port: int, capsys: pytest.CaptureFixture[s
     assert len(err) == 1 and "an HTTP server answered" in err[0], err
 
 
-def _worker_settings(dask_worker=None) -> tuple[str | None, bool, bool, float]:
-    """On a worker: torch's huge-page variable, whether Dask's profiler and its ticks run, and how often."""
+def _worker_settings(dask_worker=None) -> tuple[str | None, bool, bool, float, bool]:
+    """On a worker: torch's huge-page variable, whether Dask's profiler and its ticks run, how often,
+    and whether it was forked from the warm server (its parent: multiprocessing's forkserver)."""
     import os
 
+    import psutil
+
     return (os.environ.get("THP_MEM_ALLOC_ENABLE"), "profile" in dask_worker.periodic_callbacks,
-            "tick" in dask_worker.periodic_callbacks, dask_worker.periodic_callbacks["tick"].callback_time)
+            "tick" in dask_worker.periodic_callbacks, dask_worker.periodic_callbacks["tick"].callback_time,
+            "forkserver" in " ".join(psutil.Process().parent().cmdline()))
 
 
 def test_an_embedded_cluster_starts_its_workers_fit_for_compute() -> None:
-    """The workers of the cluster `connect` embeds put large tensors on huge pages and run
-    neither Dask's sampling profiler nor 20 ms ticks; the driver's own config is left as it was."""
+    """The workers of the cluster `connect` embeds put large tensors on huge pages, run neither
+    Dask's sampling profiler nor 20 ms ticks, and are forked from the warm server; the driver's own
+    config is left as it was."""
     import dask
 
-    before = dask.config.get("distributed")
+    workers_own = ("distributed.worker.profile", "distributed.admin")  # what WORKER_CONFIG sets for the workers
+    before = [copy.deepcopy(dask.config.get(key)) for key in workers_own]
     client, cluster = connecting.connect(None, RunConfig(stages=1, peers=1, trainers=1))
     try:
         settings = client.run(_worker_settings)
@@ -108,5 +115,5 @@ def test_an_embedded_cluster_starts_its_workers_fit_for_compute() -> None:
         client.close()
         cluster.close()
     assert len(settings) == 3, settings  # 1 peer, 1 trainer and the spare worker
-    assert set(settings.values()) == {("1", False, True, 500.0)}, settings
-    assert dask.config.get("distributed") == before
+    assert set(settings.values()) == {("1", False, True, 500.0, True)}, settings
+    assert [dask.config.get(key) for key in workers_own] == before
