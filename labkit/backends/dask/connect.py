@@ -28,14 +28,14 @@ HANDSHAKE_FIRST_S = 3.0  # seconds a tcp:// scheduler has to send its handshake 
 SPARE_WORKERS = 1  # an embedded cluster's workers beyond what the executor's spec asks for: room for add_peer
 DETACH = "labkit.backends.dask.detach"  # workers in process groups of their own: a Ctrl-C is the driver's
 _HINT = "give the address `dask scheduler` prints, like tcp://10.0.0.5:8786"
-# An embedded cluster's workers hold the run's peers and trainers, one torch thread each, on few cores:
-# torch puts tensors of 2 MB and more on transparent huge pages (a stage's 103 MB of logits on the
-# 50,304-word head fault in 2,000 pages a microbatch instead of 100,000), and Dask's own sampling
-# profiler and 20 ms loop ticks stay off the cores the peers compute on (docs/benchmarks.md).
 # What a worker imports for its first run, imported once in the server its workers fork from (torch's
 # optimizers pull in torch._dynamo and sympy at their first step; the DHT, hivemind and its codecs)
 WARM_IMPORTS = ("distributed", "torch", "torch._dynamo", "torch.distributed.nn", "sympy", "hivemind",
                 "labkit.backends.dask.peer_actor", "labkit.backends.dask.trainer_actor", "labkit.backends.dask.dht")
+# An embedded cluster's workers hold the run's peers and trainers, one torch thread each, on few cores:
+# torch puts tensors of 2 MB and more on transparent huge pages (a stage's 103 MB of logits on the
+# 50,304-word head fault in 2,000 pages a microbatch instead of 100,000), and Dask's own sampling
+# profiler and 20 ms loop ticks stay off the cores the peers compute on (docs/benchmarks.md).
 WORKER_ENV = {"THP_MEM_ALLOC_ENABLE": "1"}  # read by torch at its first allocation: set before the worker starts
 WORKER_CONFIG = {"distributed": {"worker": {"profile": {"enabled": False}},
                                   "admin": {"tick": {"interval": "500ms"}, "system-monitor": {"interval": "2s"}}}}
@@ -89,7 +89,7 @@ def restarting_cluster(workers: int, host: str = "127.0.0.1", warm: bool = True,
 def fork_from_a_warm_server() -> None:
     """Have this process's nannies fork their workers from multiprocessing's forkserver, which
     imports torch and labkit's actors once (`WARM_IMPORTS`), instead of spawning each worker to
-    import them again: on 2 cores, 8 workers spent about 8 s of a cluster's first run on imports,
+    import them again: on 2 cores, 8 workers spent about 7 s of a cluster's first run on imports,
     and a worker restarted after a kill spent them again. The server ignores a terminal's Ctrl-C;
     where this platform has no forkserver, workers are spawned as before."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
@@ -120,7 +120,7 @@ def _not_a_scheduler(address: str, timeout: float = HANDSHAKE_FIRST_S) -> bool:
     accepts sends no handshake within `timeout` s (a scheduler writes its own at once, before it
     reads; a bare connect and close makes it log nothing). Any other answer is left to the client."""
     endpoint = _endpoint(address)
-    if endpoint is None or "://" in address and not address.startswith("tcp://"):  # tls:// waits for a hello
+    if endpoint is None or ("://" in address and not address.startswith("tcp://")):  # tls:// waits for a hello
         return False
     try:
         with socket.create_connection(endpoint, timeout=timeout) as probe:
