@@ -67,7 +67,7 @@ def test_a_silent_socket_is_named_in_seconds(silent_port: int) -> None:
     assert time.monotonic() - start < connecting.HANDSHAKE_FIRST_S + 4  # the probe, then what_answers' 2 s
 
 
-def test_a_service_that_speaks_first_meets_the_hard_deadline(chatty_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_service_that_speaks_first_is_named_within_the_hard_deadline(chatty_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(connecting, "CONNECT_TIMEOUT", 1)
     start = time.monotonic()
     with pytest.raises(ConnectionError, match="(did not answer as|cannot be reached as) a Dask scheduler.*a non-Dask "

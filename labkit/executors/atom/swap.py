@@ -168,7 +168,7 @@ class SwapReplica:
             if k > 0:
                 grads.append(x.grad)
         grads = self._replace(xs, grads, f"the input gradients of sub-model {k}")
-        xs.clear()  # the caller's list: its cut tensors would otherwise live, uncounted, through every backward turn
+        xs.clear()  # the caller holds it (as `xs` and `ys`): uncounted, it would live through every backward turn
         self._collect(params)
         self._span(k, "forward+backward", load_start, load_end, start)
         if k > 0:
