@@ -58,7 +58,9 @@ class RunConfig:
     activation_checkpointing: bool = False  # peers keep only stage inputs, recompute in backward
     eval_every: int = 50  # steps between validation-loss evaluations (0 = only first and last)
     eval_batches: int = 4  # microbatches of validation data per evaluation
-    checkpoint_every: int = 20  # steps between the peers' checkpoints, what a stage losing every peer rolls back to (0 = start and stop only)
+    # steps between periodic checkpoints: what a SWARM stage losing every peer rolls back to, what
+    # resume=RUN_DIR goes on from after the driver's death (0 = start and stop only)
+    checkpoint_every: int = 20
     seed: int = 0  # seeds parameters, data order and trainers
     threads: int = 1  # torch intra-op threads (process-wide), at most MAX_THREADS; peers already run in parallel; 0 = torch default
     executor: Any = DEFAULT  # the executor and its own config: one of labkit.executors (its name for its defaults)

@@ -1,7 +1,7 @@
 """The process holding a run's coordinator SIGKILLed mid-run, as a crash comes: what is left is
-its run directory, with the periodic checkpoints its peers wrote; `resume=<run directory>` goes on
-from the newest complete one, exactly as the uninterrupted run (float64). Shared by the in-process
-test and the Dask one."""
+its run directory, with the periodic checkpoints written meanwhile (by SWARM's peers; by the run
+shell for the other executors); `resume=<run directory>` goes on from the newest complete one,
+exactly as the uninterrupted run (float64). Shared by the in-process tests and the Dask ones."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import labkit
+from labkit import AtomConfig
 from labkit.config import ModelConfig, RunConfig
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
@@ -29,10 +30,14 @@ labkit.launch(cfg, backend=sys.argv[2], scheduler=sys.argv[3] or None, run_dir=s
 """
 
 
-def death_config(small_run: RunConfig) -> RunConfig:
-    """2 stages of 2 peers, float64, a checkpoint every 2 steps, and steps enough to be killed."""
-    return small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), stages=2, peers=2,
-                             trainers=2, steps=14, checkpoint_every=2, eval_every=0)
+def death_config(small_run: RunConfig, executor: str = "swarm") -> RunConfig:
+    """`executor`'s run to kill: float64, a checkpoint every 2 steps, and steps enough to be killed
+    (2 stages of 2 peers; ATOM: 2 replicas of the whole model)."""
+    cfg = small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), steps=14,
+                            checkpoint_every=2, eval_every=0)
+    if executor == "atom":
+        return cfg.replace(microbatch=2, executor=AtomConfig(replicas=2, accumulation=2))
+    return cfg.replace(stages=2, peers=2, executor=executor, **({"trainers": 2} if executor == "swarm" else {}))
 
 
 def kill_the_driver(cfg: RunConfig, run_dir: Path, until: Callable[[], bool], what: str, backend: str = "inprocess",

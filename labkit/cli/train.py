@@ -75,7 +75,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delayed-updates", action="store_true", help="delayed parameter updates (one step stale)")
     p.add_argument("--eval-every", type=int, default=defaults.eval_every, help="steps between validation losses")
     p.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every,
-                   help="steps between the peers' checkpoints, what a stage losing every peer rolls back to (0: start and stop only)")
+                   help="steps between periodic checkpoints, what --resume RUN_DIR goes on from after a crash "
+                        "(0: start and stop only)")
     p.add_argument("--activation-checkpointing", action="store_true", help="peers recompute activations in backward")
     p.add_argument("--seed", type=int, default=defaults.seed, help="seed of parameters and data order")
     add_executor_flags(p)

@@ -28,6 +28,7 @@ class RunCore(Protocol):
     diverged: str | None  # why a non-finite step ended the run
     step_hooks: list[Callable[[int], None]]  # called after each committed step, lock held
     dashboard: str | None  # the address of a dashboard of the workers (Dask's), if there is one
+    writes_checkpoints: bool  # it writes its own periodic checkpoints (SWARM's peers); else the shell does
 
     @property
     def step(self) -> int: """The last committed step."""

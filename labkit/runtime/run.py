@@ -25,6 +25,7 @@ from labkit.runtime.checkpoint import load_checkpoint
 from labkit.runtime.core import CoreFactory, RunCore, evaluation_due
 from labkit.runtime.evaluate import Validation
 from labkit.runtime.handle import JOIN_SECONDS, RunHandle, Snapshot, ended_summary, leave_record, open_record
+from labkit.runtime.held_checkpoints import HeldCheckpoints
 from labkit.runtime.ports import RunEnded
 from labkit.runtime.totals import RunTotals
 
@@ -57,6 +58,7 @@ class Run(RunHandle):
         self._totals = RunTotals(cfg.spec.record(cfg).stages)
         self.events.listeners.append(self._totals.add)
         self._core: RunCore | None = None
+        self._held: HeldCheckpoints | None = None  # the checkpoints this shell writes for its core
         self._ready, self._done, self._stop = threading.Event(), threading.Event(), threading.Event()
         self._summary: dict[str, Any] = {}
         self._snapshots: list[Future] = []  # snapshot() requests, served at the next consistent boundary
@@ -78,6 +80,9 @@ class Run(RunHandle):
             states = [dict(s) for s in checkpoint["stages"]] if checkpoint else initial_states(cfg.spec.record(cfg))
             step = checkpoint["step"] if checkpoint else 0
             core = self._build(cfg, corpus, states, step, self.events.emit, self.clock)
+            if not core.writes_checkpoints and self.run_dir is not None:  # without one, no one could resume
+                self._held = HeldCheckpoints(cfg, self.run_dir, self.events.emit, self.clock)
+                self._held.write(step, cfg.spec.record(cfg), states)
             self._evaluate = Validation(corpus.val)
             core.step_hooks.append(self._on_step)
             self._core = core
@@ -100,6 +105,8 @@ class Run(RunHandle):
         finally:
             if core is not None:
                 core.close()
+            if self._held is not None:
+                self._held.remove()
             self.events.close()
             self._done.set()
 
@@ -111,12 +118,15 @@ class Run(RunHandle):
         self.events.emit(events.evaluation(self.clock(), step=core.step, val_loss=loss))
 
     def _on_step(self, step: int) -> None:
-        """Step hook (lock held): evaluate when due; serve snapshots where the state is consistent."""
+        """Step hook (lock held): evaluate when due; where the state is consistent, write the
+        checkpoint due (for a core that does not write its own) and serve snapshots."""
         core = self._core
         if evaluation_due(self.config, step):
             self._eval(core)
         if not core.consistent():
             return
+        if self._held is not None:
+            self._held.after_step(step, core.committed)
         with self._lock:
             pending, self._snapshots = self._snapshots, []
         for future in pending:

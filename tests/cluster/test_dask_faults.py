@@ -34,8 +34,7 @@ from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
 from labkit.runtime.reference import train_reference
 from tests.cluster.helpers import assert_exact_accounting
-from tests.cluster.test_hung_workers import CASES as EXECUTORS
-from tests.coordinator_death import death_config, kill_the_coordinator_and_resume, kill_the_driver
+from tests.coordinator_death import death_config, kill_the_coordinator_and_resume
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -372,30 +371,19 @@ def _no_orphans(cluster) -> float:
     return time.monotonic() - start
 
 
+@pytest.mark.parametrize("executor", ["atom", "pipeline", "swarm", "taskpool"])
 def test_a_dask_run_whose_coordinator_was_sigkilled_resumes_from_its_run_directory_exactly(
-        own_cluster, small_run: RunConfig, tmp_path: Path) -> None:
-    """The driver (the coordinator's process) of a Dask run SIGKILLed mid-run: its actors go with
-    its client, each stops its own threads (its DHT node too) within seconds instead of announcing
-    forever, and the periodic checkpoint its peers wrote resumes the run on the same cluster,
-    exactly."""
+        own_cluster, small_run: RunConfig, tmp_path: Path, executor: str) -> None:
+    """The driver (the coordinator's process) of a Dask run of every executor SIGKILLed mid-run:
+    its actors go with its client, each stops its own threads (its DHT node too) within seconds
+    instead of running forever, and the periodic checkpoint written meanwhile resumes the run on
+    the same cluster, exactly."""
     def no_orphans() -> None:
-        print(f"the dead driver's actors and DHT nodes were gone {_no_orphans(own_cluster):.1f} s after the kill")
+        print(f"the dead {executor} driver's actors and DHT nodes were gone {_no_orphans(own_cluster):.1f} s after the kill")
 
-    step = kill_the_coordinator_and_resume(death_config(small_run), tmp_path / "run", backend="dask",
+    step = kill_the_coordinator_and_resume(death_config(small_run, executor), tmp_path / "run", backend="dask",
                                            scheduler=own_cluster.scheduler_address, after_kill=no_orphans)
     print(f"resumed from the checkpoint of step {step}")
-
-
-@pytest.mark.parametrize("executor", sorted(EXECUTORS))
-def test_every_executors_dead_driver_leaves_no_thread_on_the_workers(own_cluster, tmp_path: Path,
-                                                                     executor: str) -> None:
-    """ATOM's replicas, the pipeline's peers and the task pool's clients take the same way out as
-    SWARM's actors when their run's driver dies."""
-    cfg = EXECUTORS[executor][0].replace(steps=100_000)
-    events = tmp_path / "run" / "events.jsonl"
-    kill_the_driver(cfg, tmp_path / "run", lambda: events.exists() and '"type": "step"' in events.read_text(),
-                    f"the {executor} driver's first step", backend="dask", scheduler=own_cluster.scheduler_address)
-    print(f"the dead {executor} driver's actors and DHT nodes were gone {_no_orphans(own_cluster):.1f} s after the kill")
 
 
 def _labkit_threads(dask_worker=None) -> list[str]:

@@ -66,6 +66,7 @@ def test_checkpoints_asked_late_still_resolve(small_run: RunConfig, tmp_path: Pa
         assert torch.load(path, weights_only=False)["step"] == 3
 
 
+@pytest.mark.parametrize("executor", ["atom", "pipeline", "swarm", "taskpool"])
 def test_a_run_whose_coordinator_was_sigkilled_resumes_from_its_run_directory_exactly(
-        small_run: RunConfig, tmp_path: Path) -> None:
-    kill_the_coordinator_and_resume(death_config(small_run), tmp_path / "run")
+        small_run: RunConfig, tmp_path: Path, executor: str) -> None:
+    kill_the_coordinator_and_resume(death_config(small_run, executor), tmp_path / "run")

@@ -46,6 +46,8 @@ class Replica:
 class AtomReplicas:
     """The replicas of one ATOM run, their ledger and the global-batch step."""
 
+    writes_checkpoints = False  # the run shell writes what `committed()` gives
+
     def __init__(self, cfg: RunConfig, host: ReplicaHost, emit: Callable[[events.Event], None],
                  clock: Callable[[], float], state: Mapping[str, Any], step: int = 0) -> None:
         self.cfg, self.host, self.emit, self.clock = cfg, host, emit, clock

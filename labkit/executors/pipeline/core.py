@@ -31,6 +31,8 @@ from labkit.runtime.peer import PeerDied
 class PipelineCore:
     """The peers, the committed state and the steps of one synchronous-pipeline run."""
 
+    writes_checkpoints = False  # the run shell writes what `committed()` gives
+
     def __init__(self, cfg: RunConfig, sampler: WindowSampler, emit: Callable[[events.Event], None],
                  clock: Callable[[], float], states: Sequence[dict[str, Any]], host: StageHost, step: int = 0) -> None:
         self.cfg, self.sampler, self.emit, self.clock, self.host = cfg, sampler, emit, clock, host

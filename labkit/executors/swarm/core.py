@@ -16,6 +16,8 @@ from labkit.wire import get_codec
 class SwarmCore:
     """A `RunCore` over `coordinator`; `on_close` releases what the backend holds for it."""
 
+    writes_checkpoints = True  # its peers write their stages' shards (runtime/shards.py)
+
     def __init__(self, coordinator: Coordinator, dashboard: str | None = None,
                  on_close: tuple[Callable[[], Any], ...] = ()) -> None:
         self.c, self.dashboard, self._on_close = coordinator, dashboard, on_close

@@ -34,6 +34,8 @@ MONITOR_PERIOD = 0.1  # seconds between checks for overdue clients
 class TaskPoolCore:
     """The servers, clients and passes of one task-pool run."""
 
+    writes_checkpoints = False  # the run shell writes what `committed()` gives
+
     def __init__(self, cfg: RunConfig, sampler: WindowSampler, emit: Callable[[events.Event], None],
                  clock: Callable[[], float], states: Sequence[dict[str, Any]], host: ClientHost, step: int = 0) -> None:
         self.cfg, self.sampler, self.emit, self.clock, self.host = cfg, sampler, emit, clock, host
