@@ -174,9 +174,10 @@ def _equals_plain_loop(run: labkit.RunHandle, cfg: RunConfig, run_dir: Path) -> 
 
 def test_three_kills_and_a_trainer_kill_in_a_row(own_cluster, small_run: RunConfig, tmp_path: Path) -> None:
     """Three peer workers die one after another (a live peer stays in every stage), then a
-    trainer's worker with two microbatches in flight: each is noticed within seconds, its work recomputed, the restarted workers
-    take peers, and the run stops on request with exact accounting and a checkpoint that resumes."""
-    cfg = small_run.replace(stages=2, peers=(3, 2), trainers=2, inflight=2, steps=500)  # a trainer's 2 lanes die
+    trainer's worker with two microbatches in flight: each is noticed within seconds, its work
+    recomputed, the peers' restarted workers take peers, the trainer's takes none (the run keeps
+    its size), and the run stops on request with exact accounting and a checkpoint that resumes."""
+    cfg = small_run.replace(stages=2, peers=(3, 2), trainers=2, inflight=2, steps=5000)  # a trainer's 2 lanes die
     run = labkit.launch(cfg, backend="dask", scheduler=own_cluster.scheduler_address, run_dir=tmp_path)
     try:
         run.wait_for(step=2, timeout=120)
@@ -192,8 +193,13 @@ def test_three_kills_and_a_trainer_kill_in_a_row(own_cluster, small_run: RunConf
         detected.append(time.monotonic() - killed_at)
         assert lost["value"].startswith(names[0]) and detected[-1] < DETECT_SECONDS, (lost, detected)
         run.wait_for(step=run.state()["step"] + 2, timeout=STALL_SECONDS)
-        joined = run.wait_for(event={"type": "setting", "name": "worker_joined"}, timeout=120)
-        run.wait_for(event={"type": "hop", "peer": joined["value"].split(" serves ")[1]}, timeout=60)
+        for joined in [e for e in run.events.history("setting") if e["name"] == "worker_joined"]:
+            run.wait_for(event={"type": "hop", "peer": joined["value"].split(" serves ")[1]}, timeout=60)
+        size = sum(cfg.peers_per_stage)
+        wait_until(lambda: len(_live_peers(run)) == size, 60, f"{size} live peers again")
+        later = run.clock() + 3.0  # the watch looks at new workers every second: 3 s to take a peer
+        run.wait_for(event=lambda e: e["type"] == "step" and e["t"] > later, timeout=60)
+        assert len(_live_peers(run)) == size, _live_peers(run)  # the trainer's worker took none when it came back
     finally:
         run.stop()
     summary = run.wait(120)
@@ -202,6 +208,10 @@ def test_three_kills_and_a_trainer_kill_in_a_row(own_cluster, small_run: RunConf
     assert _longest_stall(run) < STALL_SECONDS, _longest_stall(run)
     _resumes(tmp_path, cfg)
     print("detection: " + ", ".join(f"{s:.2f} s" for s in detected))
+
+
+def _live_peers(run: labkit.RunHandle) -> list[str]:
+    return [p["peer"] for s in run.state()["stages"] for p in s["peers"]]
 
 
 def _trainer_names(dask_worker=None) -> list[str]:

@@ -40,9 +40,8 @@ class NoFreeWorker(RuntimeError):
 
 
 def wire_broke(exc: BaseException) -> bool:
-    """Whether `exc` says the actor's worker cannot be reached (not an error the actor raised):
-    a comm error (CommClosedError is an OSError) or distributed's plain RuntimeError for an
-    actor whose worker was lost."""
+    """Whether `exc` says the actor's worker cannot be reached (not an error the actor raised): a comm
+    error (CommClosedError is an OSError) or distributed's RuntimeError for an actor whose worker was lost."""
     return isinstance(exc, OSError) or (type(exc) is RuntimeError and "Worker holding Actor was lost" in str(exc))
 
 
@@ -206,9 +205,8 @@ class ActorFleet:
                                    {w: len(hs) for w, hs in self._placed.items()}, count)
 
     def trainer_worker(self, avoid: str, stopped: threading.Event, seconds: float) -> str | None:
-        """A worker other than `avoid` for a restarted trainer (a free one, or one it shares),
-        waiting while the cluster has none (every worker killed at once, their nannies restarting
-        them); None if `stopped` is set or `seconds` pass first."""
+        """A worker other than `avoid` for a restarted trainer (a free one, or one it shares), waiting while
+        there is none (every worker killed, their nannies restarting them); None once `stopped` or `seconds` pass."""
         deadline = time.monotonic() + seconds
         while not stopped.is_set():
             if picked := self.trainer_workers(1, avoid=avoid):
@@ -218,6 +216,10 @@ class ActorFleet:
             stopped.wait(0.5)
         return None
 
+    def keep_spare(self, worker: str) -> None:
+        """Count `worker` with those the run started with: no newcomer, the last a new peer is placed on."""
+        self._initial.add(worker)
+
     def newcomers(self) -> list[str]:
         """Workers that joined the cluster after the run started and host nothing of it."""
         return [w for w in self.workers() if w not in self._initial and w not in self._placed]
@@ -225,11 +227,8 @@ class ActorFleet:
     def free(self, handle: ActorHandle) -> None:
         """`handle`'s actor left: its worker can host another."""
         with self._lock:
-            hosted = [h for h in self._placed.get(handle.worker, []) if h is not handle]
-            if hosted:
+            if hosted := [h for h in self._placed.pop(handle.worker, []) if h is not handle]:
                 self._placed[handle.worker] = hosted
-            else:
-                self._placed.pop(handle.worker, None)
 
     # -- watching ------------------------------------------------------------------------------
     def watch(self, on_gone: Callable[[ActorHandle, str], None] | None = None) -> None:
