@@ -4,6 +4,7 @@ training, and one clear error for every verb that has no meaning without stages.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ import torch
 import labkit
 from labkit import AtomConfig, ModelConfig, RunConfig
 from labkit.data import WindowSampler, load_corpus
+from labkit.executors.atom.local import LocalReplicas
+from labkit.executors.atom.run import launch as launch_atom
 from labkit.runtime.reference import train_reference
 
 CFG = RunConfig(model=ModelConfig(size="nano", seq_len=32, dtype="float64"), global_batch=16, microbatch=2, steps=6,
@@ -114,3 +117,32 @@ def test_a_budget_below_the_least_that_works_names_the_least(tmp_path: Path) -> 
     assert summary["status"] == "failed"
     assert "atom.budget_mb=0.2 is not allowed" in summary["error"] and "budget_mb >= " in summary["error"]
     assert not (tmp_path / "checkpoint.pt").exists()
+
+
+class LaggingHeartbeats(LocalReplicas):
+    """In-process replicas whose published counts lag: each step's first `lag` seconds they say
+    nothing (a DHT that lags), and from step `broken` on r1's count is one short for good."""
+
+    def __init__(self, *args, lag: float, broken: int) -> None:
+        super().__init__(*args)
+        self.lag, self.broken, self._seen = lag, broken, {}
+
+    def heartbeats(self, replicas, step: int) -> dict[str, int]:
+        counts = super().heartbeats(replicas, step)
+        if time.monotonic() - self._seen.setdefault(step, time.monotonic()) < self.lag:
+            return {}
+        return {n: c - (n == "r1" and step >= self.broken) for n, c in counts.items()}
+
+
+def test_heartbeats_that_disagree_longer_than_the_learnt_patience_stop_the_run() -> None:
+    """Lags that end teach the patience (floor 5 s); a count that stays wrong then fails the run
+    after that patience, not after the first-use ceiling (`peer_timeout`, 60 s here)."""
+    cfg = CFG.replace(steps=100, peer_timeout=60.0)
+    run = launch_atom(cfg, hosts=lambda *a: LaggingHeartbeats(*a, lag=0.3, broken=3))
+    summary = run.wait(timeout=120)
+    broke = next(e for e in run.events.history("run") if e["state"] == "failed")
+    last_step = run.events.history("step")[-1]
+    assert summary["status"] == "failed" and last_step["step"] == 3, (summary, last_step)  # ledger step 3 is the 4th
+    assert "disagree for {'r1': (" in broke["reason"], broke
+    waited = broke["t"] - last_step["t"]
+    assert 5.0 <= waited < 15.0, f"the run failed {waited:.1f} s after the last step (patience learnt from 0.3 s lags)"

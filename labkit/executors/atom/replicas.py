@@ -25,10 +25,10 @@ from labkit.config import RunConfig
 from labkit.executors.atom.ports import ReplicaHost, ReplicaLost, ReplicaPort
 from labkit.executors.atom.swap import Interrupted
 from labkit.runtime.core import fail_core, live_worker
+from labkit.swarm.deadline import BOUNDARY_FLOOR, Deadline
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import sum_over_peers
 
-HEARTBEAT_PATIENCE = 20.0  # seconds the heartbeats may disagree with the ledger before the run stops
 
 
 @dataclass
@@ -64,7 +64,8 @@ class AtomReplicas:
         self.started = False  # start() was called: a joiner's thread starts at once
         self._boundary: threading.Thread | None = None
         self._numbers = itertools.count()
-        self._disagree_since: float | None = None
+        self._disagree_since: float | None = None  # and how long that may last, learnt from those that ended:
+        self._patience = Deadline(ceiling=cfg.peer_timeout, floor=BOUNDARY_FLOOR)
         for _ in range(cfg.executor.replicas):
             self._spawn(state, None)
 
@@ -230,22 +231,24 @@ class AtomReplicas:
                 self.cond.notify_all()
 
     def _heartbeats_agree(self) -> bool:
-        """Whether every credited replica's heartbeat count equals its ledger credit (the global
-        batch is reached by the counts the replicas publish); a disagreement that lasts
-        `HEARTBEAT_PATIENCE` seconds is a broken invariant. Not `reconcile`'s case: a heartbeat is a
-        count read from a DHT that lags (disagreeing means "not yet"), and no replica can hold an
-        uncredited attempt (the run credits an iteration as it returns; one interrupted is dropped whole)."""
+        """Whether every credited replica's heartbeat count equals its ledger credit (the global batch is
+        reached by the counts the replicas publish); a disagreement outlasting the patience learnt from
+        earlier ones (as a request deadline is, within [BOUNDARY_FLOOR, peer_timeout]) is a broken
+        invariant. Not `reconcile`'s case: a heartbeat is a count read from a DHT that lags ("not yet"),
+        and no replica holds an uncredited attempt (an iteration is credited whole or dropped whole)."""
         credited = self.ledger.samples(0)
         counts = self.host.heartbeats({r.name: r.engine for r in self.live()}, self.ledger.step)
+        now = time.monotonic()
         if all(counts.get(name) == n for name, n in credited.items()):
+            if self._disagree_since is not None:
+                self._patience.answered(now - self._disagree_since)
             self._disagree_since = None
             return True
-        now = time.monotonic()
         self._disagree_since = self._disagree_since or now
-        if now - self._disagree_since > HEARTBEAT_PATIENCE:
+        if now - self._disagree_since > (patience := self._patience.seconds()):
             apart = {name: (n, counts.get(name)) for name, n in credited.items() if counts.get(name) != n}
             self.fail(RuntimeError(f"accounting broke at step {self.ledger.step}: (ledger credit, heartbeat count) "
-                                   f"disagree for {apart} for {HEARTBEAT_PATIENCE:.0f} s"))
+                                   f"disagree for {apart} for {patience:.1f} s"))
         return False
 
     def _step(self) -> None:
