@@ -19,7 +19,8 @@ Prints per minute: RSS of this process and every process under it (the workers, 
 daemons), threads and processes; then samples lost and doubled (each committed step against the
 global batch, per stage), the longest gap between steps (the last step to the end of the chaos
 too), per fault the seconds to the next step and to the replacement serving a hop (and a hung
-worker's seconds to its eviction), training efficiency (tokens/s under chaos over fault-free) and
+worker's seconds to its eviction), the live peers (the share of time at each count, and the step
+rate then), training efficiency (tokens/s under chaos over fault-free) and
 RSS growth over the second half (medians of 5 minute samples at its start and at its end). Last line (kills counts every fault, hangs too):
 chaos minutes=<M> kills=<n> efficiency=<x> lost=<n> doubled=<n> longest_gap_s=<x>
 median_recovery_s=<x> rss_growth_last_half=<x>
@@ -113,13 +114,22 @@ def held_roles(client: Client, workers: list[str]) -> dict[str, tuple[int, list[
     return {w: f.result()[w] for w, f in asked.items() if f.done() and f.exception() is None}
 
 
+HOP_GAP = 0.2  # seconds without a hop of a trainer after which its next hop is kept (a restart's first)
+
+
 class Stamps:
-    """Every event of `run`, stamped with the monotonic time it arrived here."""
+    """The events of `run` this benchmark reads, stamped with the monotonic time each arrived here,
+    and slimmed: steps (tokens, samples per stage), settings and runs whole, peers joining, leaving
+    and moving, and only the hops that can be a replacement's first (a peer's first, and a
+    trainer's first after `HOP_GAP` without one). Keeping every event (600,000 in 30 minutes,
+    most of them hops with their timings) grew this process by about 0.9 GB, which the RSS
+    figure counted as the run's."""
 
     def __init__(self, run: labkit.RunHandle) -> None:
         self.events: list[tuple[float, dict[str, Any]]] = []
         self._queue = run.events.subscribe()
         self._run = run
+        self._hopped: dict[str, float] = {}  # peer or trainer -> when its last hop arrived
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self) -> None:
@@ -128,7 +138,22 @@ class Stamps:
                 event = self._queue.get(timeout=0.2)
             except queue.Empty:
                 continue
-            self.events.append((time.monotonic(), event))
+            now = time.monotonic()
+            if (kept := self._slim(event, now)) is not None:
+                self.events.append((now, kept))
+
+    def _slim(self, e: dict[str, Any], now: float) -> dict[str, Any] | None:
+        kind = e["type"]
+        if kind == "step":
+            return {"type": kind, "step": e["step"], "tokens": e["tokens"], "stage_samples": e["stage_samples"]}
+        if kind in ("setting", "run") or (kind == "peer" and e["state"] != "alive"):
+            return e
+        if kind != "hop":
+            return None
+        trainer = e["trainer"].split("/")[0]
+        first = e["peer"] not in self._hopped or now - self._hopped.get(trainer, -HOP_GAP) >= HOP_GAP
+        self._hopped[e["peer"]] = self._hopped[trainer] = now
+        return {"type": kind, "trainer": trainer, "peer": e["peer"]} if first else None
 
     def after(self, at: float, match: Any) -> tuple[float, dict[str, Any]] | None:
         return next(((t, e) for t, e in list(self.events) if t >= at and match(e)), None)
@@ -258,7 +283,7 @@ def recoveries(kills: list[Kill], stamps: Stamps) -> None:
         if kill.replacement is not None:
             since = kill.at if trainer else kill.killed
             hop = stamps.after(since, lambda e, r=kill.replacement: e["type"] == "hop"
-                               and (e["trainer"].split("/")[0] == r if trainer else e["peer"] == r))
+                               and (e["trainer"] == r if trainer else e["peer"] == r))
             kill.serving = None if hop is None else hop[0] - since
 
 
@@ -271,6 +296,32 @@ def accounting(stamps: Stamps, ended: float) -> tuple[int, int, float]:
     doubled = sum(max(0, s - cfg.global_batch) for _, e in steps for s in e["stage_samples"])
     gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:])] + ([ended - steps[-1][0]] if steps else [])
     return lost, doubled, max(gaps, default=float("inf"))
+
+
+def membership(stamps: Stamps) -> str:
+    """How many peers served, and how fast the run stepped with each count: seconds at each count
+    of live peers (from the peer events, from the first step on) and steps per second then. On
+    one machine's cores a peer more slows the step: a run that grows under churn loses throughput
+    that is not the faults'."""
+    live: set[str] = set()
+    seconds: dict[int, float] = {}
+    steps: dict[int, int] = {}
+    last = None  # when the previous event came, from the first step on
+    for t, e in stamps.events:
+        if last is not None:
+            seconds[len(live)] = seconds.get(len(live), 0.0) + t - last
+        if last is not None or e["type"] == "step":
+            last = t
+        if e["type"] == "step":
+            steps[len(live)] = steps.get(len(live), 0) + 1
+        elif e["type"] == "peer" and e["state"] in ("joined", "alive"):
+            live.add(e["peer"])
+        elif e["type"] == "peer" and e["state"] in ("killed", "moved"):
+            live.discard(e["peer"])
+    total = sum(seconds.values()) or float("nan")
+    mean = sum(n * s for n, s in seconds.items()) / total
+    return (f"live peers: time-weighted mean {mean:.2f}; " + ", ".join(
+        f"{n}: {s / total:.0%} of the time at {steps.get(n, 0) / s:.1f} steps/s" for n, s in sorted(seconds.items()) if s > 1))
 
 
 def rss_growth(samples: list[tuple[float, float, int, int]], minutes: float, window: int = 5) -> float:
@@ -328,6 +379,7 @@ def main() -> None:
         if any(k.role == role for k in kills):
             print(f"{role}s, SIGSTOP to eviction: {_seconds([k.evicted for k in kills if k.role == role])}")
     start, end = samples[0], samples[-2]
+    print(membership(stamps))
     print(f"threads {start[2]} -> {end[2]}, processes {start[3]} -> {end[3]} (after the cluster closed: "
           f"{samples[-1][3]} processes)")
     growth = rss_growth(samples[:-1], args.minutes)
