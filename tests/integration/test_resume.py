@@ -66,7 +66,8 @@ def test_checkpoints_asked_late_still_resolve(small_run: RunConfig, tmp_path: Pa
         assert torch.load(path, weights_only=False)["step"] == 3
 
 
-@pytest.mark.parametrize("executor", ["atom", "pipeline", "swarm", "taskpool"])
 def test_a_run_whose_coordinator_was_sigkilled_resumes_from_its_run_directory_exactly(
-        small_run: RunConfig, tmp_path: Path, executor: str) -> None:
-    kill_the_coordinator_and_resume(death_config(small_run, executor), tmp_path / "run")
+        small_run: RunConfig, tmp_path: Path) -> None:
+    """SWARM here; every executor on Dask (`test_dask_faults.py`), where the run shell writes the
+    other executors' checkpoints by the same code as in-process."""
+    kill_the_coordinator_and_resume(death_config(small_run), tmp_path / "run")
