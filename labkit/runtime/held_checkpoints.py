@@ -22,9 +22,9 @@ from labkit.swarm.sync import SyncSchedule
 
 
 class HeldCheckpoints:
-    """The periodic checkpoints of one run under `run_dir` (a temporary folder without one)."""
+    """The periodic checkpoints of one run, under `run_dir`'s `checkpoints/`."""
 
-    def __init__(self, cfg: RunConfig, run_dir: str | Path | None, emit: Callable[[events.Event], None],
+    def __init__(self, cfg: RunConfig, run_dir: str | Path, emit: Callable[[events.Event], None],
                  clock: Callable[[], float]) -> None:
         folder, self.remove = checkpoint_folder(run_dir)
         self._books = Checkpoints(folder, cfg.checkpoint_every, cfg.peer_timeout,

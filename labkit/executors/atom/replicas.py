@@ -30,7 +30,6 @@ from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import sum_over_peers
 
 
-
 @dataclass
 class Replica:
     """One whole-model replica: its engine and the thread that feeds it."""
@@ -64,8 +63,8 @@ class AtomReplicas:
         self.started = False  # start() was called: a joiner's thread starts at once
         self._boundary: threading.Thread | None = None
         self._numbers = itertools.count()
-        self._disagree_since: float | None = None  # and how long that may last, learnt from those that ended:
-        self._patience = Deadline(ceiling=cfg.peer_timeout, floor=BOUNDARY_FLOOR)
+        self._disagree_since: float | None = None  # when the heartbeats began to disagree with the ledger
+        self._patience = Deadline(ceiling=cfg.peer_timeout, floor=BOUNDARY_FLOOR)  # how long they may: learnt
         for _ in range(cfg.executor.replicas):
             self._spawn(state, None)
 

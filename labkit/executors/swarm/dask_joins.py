@@ -40,14 +40,14 @@ class Newcomers:
         except Exception:
             return
         for worker in joined:
-            if self._hosted_peer.get(workers.get(worker, {}).get("nanny"), True) is False:  # came back, no peer lost
+            if not self._hosted_peer.get(workers.get(worker, {}).get("nanny"), True):  # came back, no peer lost
                 self.fleet.keep_spare(worker)
                 c.emit(events.setting(c.clock(), name="worker_spare", value=f"{worker} came back (its nanny restarted "
                                       f"it) without a peer to take back: it stays free for a restarted trainer"))
             elif self._failures.get(worker, 0) < JOIN_TRIES:
                 self._joining.add(worker)
                 threading.Thread(target=self._use, args=(worker,), name="labkit-join", daemon=True).start()
-        peer_workers = {getattr(p, "worker", None) for p in list(c.members.peers.values())}
+        peer_workers = {p.worker for p in list(c.members.peers.values())}
         self._hosted_peer |= {info["nanny"]: w in peer_workers for w, info in workers.items()
                               if w not in joined and w not in self._joining and info.get("nanny")}
 
