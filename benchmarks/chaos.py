@@ -314,7 +314,7 @@ def membership(stamps: Stamps) -> str:
             last = t
         if e["type"] == "step":
             steps[len(live)] = steps.get(len(live), 0) + 1
-        elif e["type"] == "peer" and e["state"] in ("joined", "alive"):
+        elif e["type"] == "peer" and e["state"] == "joined":  # (`Stamps` keeps no "alive" events)
             live.add(e["peer"])
         elif e["type"] == "peer" and e["state"] in ("killed", "moved"):
             live.discard(e["peer"])

@@ -54,14 +54,15 @@ def measure(size: str, repeats: int, executor: str = "swarm") -> tuple[float, fl
     states = snapshot.stages if executor != "swarm" else snapshot.stages[:1]
     nbytes = sum(state_bytes(state) for state in states)
     folder = Path(tempfile.mkdtemp(prefix="labkit-ckpt-bench-"))
-    held = HeldCheckpoints(cfg, folder, lambda event: None, lambda: 0.0)
+    if executor == "swarm":
+        write = lambda i: save_shard(folder / f"stage-{i}.pt", states[0])  # noqa: E731
+    else:
+        held = HeldCheckpoints(cfg, folder, lambda event: None, lambda: 0.0)
+        write = lambda i: held.write(i, snapshot.config, states)  # noqa: E731
     writes = []
     for i in range(repeats):
         start = time.perf_counter()
-        if executor == "swarm":
-            save_shard(folder / f"stage-{i}.pt", states[0])
-        else:
-            held.write(i, snapshot.config, states)
+        write(i)
         writes.append(time.perf_counter() - start)
     return nbytes / 1e6, statistics.median(writes), step
 
