@@ -24,6 +24,7 @@ from labkit.runtime.membership import Membership
 from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
 from labkit.runtime.recovery import committed_states, keep_final, rollback
 from labkit.runtime.shards import Checkpoints
+from labkit.runtime.verdicts import settle
 from labkit.swarm.deadline import BOUNDARY_FLOOR, Deadlines
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import SyncSchedule
@@ -34,9 +35,8 @@ STOP_GRACE = 5.0  # seconds a stopping run waits for microbatches in flight befo
 class Coordinator:
     """Ledger, membership and step boundary of one run; peers and trainers come from `factory`.
 
-    states: every stage's state at step `step`, what the first peers start from. From then on the
-    committed state lives on the peers (`committed_states` asks them), and in the checkpoints they
-    write under `checkpoints` every `cfg.checkpoint_every` steps."""
+    states: every stage's state at step `step`, what the first peers start from; from then on the committed
+    state lives on the peers (`committed_states` asks them) and in the checkpoints they write."""
 
     def __init__(self, cfg: RunConfig, emit: Callable[[events.Event], None], factory: PeerFactory,
                  states: list[dict[str, Any]], *, step: int = 0, checkpoints: str | Path) -> None:
@@ -230,7 +230,7 @@ class Coordinator:
         """Carry out a boundary's commit (lock held): deadlines, evictions, dropped sums, a rollback,
         then if taken the split, ledger, events, hooks and checkpoint; stop a diverged or finished run."""
         self.deadlines.learn(commit.took, commit.late)
-        self.members.settle(commit.evict, commit.drop)
+        settle(self.members, commit.evict, commit.drop)
         if commit.rollback is not None:
             self.rollback(commit.rollback)
         if commit.taken:

@@ -1,15 +1,15 @@
 """Who serves which stage: the registry of live peers and the verbs that change it.
 
-A part of the run's coordinator (its lock, ledger and committed states, as `Run` names them):
-peers join with a neighbour's state, crash or are evicted (their credits go back to the ledger),
-move between stages, and Algorithm 2 picks moves every `rebalance_period` seconds; a stage without
-a live peer pauses the run until one joins. The registry is the in-process directory trainers
-route over; on Dask the DHT mirrors it.
+A part of the run's coordinator (its lock, ledger and committed states, as `Run` names them): peers join with
+a neighbour's state, crash or are evicted (their credits go back to the ledger), move between stages, and
+Algorithm 2 picks moves every `rebalance_period` seconds; a stage without a live peer pauses the run until one
+joins. The registry is the in-process directory trainers route over; on Dask the DHT mirrors it.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -45,9 +45,7 @@ class Run(Protocol):
     clock: Callable[[], float]
 
     def emit(self, event: events.Event) -> None: ...
-
     def rollback(self, why: str) -> None: ...
-
     def live_or_raise(self, verb: str) -> None: ...
 
 
@@ -55,11 +53,12 @@ class Membership:
     """The live peers of one run and the verbs that add, remove and move them."""
 
     def __init__(self, coordinator: Run, bounds: list[tuple[int, int]]) -> None:
-        self.c = coordinator
-        self.bounds = bounds  # (first block, blocks) per stage
+        self.c, self.bounds = coordinator, bounds  # bounds: (first block, blocks) per stage
         self.peers: dict[str, PeerHandle] = {}
         self._epochs: dict[str, int] = {}  # announce epoch of each name (a rebuilt peer is re-announced)
         self._counter = [0] * coordinator.cfg.stages
+        self._starting: dict[str, int] = {}  # peers being started -> their stage
+        self.size = sum(coordinator.cfg.peers_per_stage)  # peers kept through faults (`refill`): added ones count
         self.emulates: dict[str, str] = {}  # a moved peer's name -> the first name of its line (its place in a world)
 
     # -- the registry (what trainers route over) ----------------------------------------------
@@ -132,8 +131,8 @@ class Membership:
             self.c.emit(events.peer(now, peer=p.name, stage=p.stage, state="alive", queue=p.queue_length))
 
     def rebuild(self, states: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The committed `states` re-sliced to the run's layer split now, each peer replaced by one
-        of the same name holding its stage's (at a step boundary: nothing is in flight)."""
+        """The committed `states` re-sliced to the run's layer split now, each peer replaced by one of the same name
+        holding its stage's (at a step boundary: nothing is in flight)."""
         cfg = self.c.cfg
         self.bounds = stage_bounds(cfg.layer_split)
         states = recut_states(states, lambda stage, params: stage_module(cfg, stage, params), cfg.stages)
@@ -151,18 +150,45 @@ class Membership:
 
     # -- verbs -------------------------------------------------------------------------------
     def add_peer(self, stage: int | None = None, *, emulates: str | None = None) -> str:
-        """Start a peer on `stage` (None: Algorithm 2 picks) with a neighbour's state, in a world in
-        peer `emulates`'s place (`move_peer`'s; default a joiner's). The start (seconds on Dask) runs
-        without the lock, so steps and faults go on; the peer enters under it, caught up if a step
-        was taken meanwhile, or is started again if the layer split changed."""
+        """Start a peer on `stage` (None: Algorithm 2 picks, counting the peers still starting) with a neighbour's
+        state, in a world in peer `emulates`'s place (`move_peer`'s; default a joiner's); the run's `size` grows by
+        one. The start (seconds on Dask) runs without the lock, so steps, faults and other joins go on; the peer
+        enters under it, caught up if a step was taken meanwhile, or started again if the layer split changed."""
+        return self._join(stage, emulates, refill=False)
+
+    def short(self) -> bool:
+        """Whether the run has fewer peers than its `size` (those starting counted): a fault took one."""
+        return len(self.peers) + len(self._starting) < self.size
+
+    def refill(self) -> str | None:
+        """Start a peer in place of one a fault took (Algorithm 2 picks the stage) if the run is `short`, else None."""
+        return self._join(None, None, refill=True)
+
+    def _join(self, stage: int | None, emulates: str | None, refill: bool) -> str | None:
         c = self.c
         with c.lock:
             c.live_or_raise("add_peer")
+            if refill and not self.short():
+                return None
             if stage is None:
-                stage = join_stage({p.name: (p.stage, p.queue_length) for p in self.peers.values()}, c.cfg.stages)
+                stage = join_stage({p.name: (p.stage, p.queue_length) for p in self.peers.values()}, c.cfg.stages,
+                                   Counter(self._starting.values()))
             if not (isinstance(stage, int) and 0 <= stage < c.cfg.stages):
                 raise ValueError(f"stage={stage!r} is not allowed: an integer in [0, {c.cfg.stages - 1}] or None")
-            name = self._next_name(stage)
+            name, grown = self._next_name(stage), 0 if refill else 1
+            self._starting[name], self.size = stage, self.size + grown
+        try:
+            return self._start(name, stage, emulates)
+        except BaseException:
+            with c.lock:
+                self.size -= grown  # a peer that never served grows nothing
+            raise
+        finally:
+            with c.lock:
+                del self._starting[name]
+
+    def _start(self, name: str, stage: int, emulates: str | None) -> str:
+        c = self.c
         for _ in range(SPLIT_TRIES):
             with c.lock:
                 c.live_or_raise("add_peer")
@@ -193,9 +219,9 @@ class Membership:
         raise RuntimeError(f"the layer split changed {SPLIT_TRIES} times while {name} started: add it again")
 
     def stage_empty(self, stage: int) -> None:
-        """`stage` has no live peer (the last one left, or a trainer found none): its committed
-        state is gone. The run pauses until a peer is added (`add_peer`), which starts from the
-        last checkpoint's shard; then the whole run goes back to that checkpoint and resumes."""
+        """`stage` has no live peer (the last one left, or a trainer found none): its committed state is gone. The
+        run pauses until a peer is added, which starts from the last checkpoint's shard; then the whole run goes
+        back to that checkpoint and resumes."""
         with self.c.lock:
             if not self.live(stage) and stage not in self.c.paused and not self.c.closed:
                 self.c.paused.add(stage)
@@ -208,6 +234,7 @@ class Membership:
         with self.c.lock:
             self.c.live_or_raise("kill_peer")
             self._kill(name, "killed")
+            self.size -= 1
 
     def _kill(self, name: str, reason: str) -> None:
         peer, lost = self._remove(name)
@@ -217,9 +244,9 @@ class Membership:
             self.stage_empty(peer.stage)
 
     def move_peer(self, name: str, stage: int) -> str:
-        """Move a peer to another stage (Algorithm 2's move, or on demand): it stops serving its
-        stage, whose un-synced gradients it held are recomputed elsewhere, and serves `stage` with
-        its state from a neighbour, under a new name (returned), in its old place in a world."""
+        """Move a peer to another stage (Algorithm 2's move, or on demand): it stops serving its stage, whose
+        un-synced gradients it held are recomputed elsewhere, and serves `stage` with its state from a neighbour,
+        under a new name (returned), in its old place in a world."""
         c = self.c
         with c.lock:
             peer = self.live_peer(name, "move_peer")
@@ -229,6 +256,7 @@ class Membership:
                 raise ValueError(f"moving {name} would leave stage {peer.stage} without peers")
             place = self.emulates.get(name, name)
             _, lost = self._remove(name)
+            self.size -= 1  # add_peer adds it back
         try:
             new = self.add_peer(stage, emulates=place)
         except Exception as exc:  # it left its stage and never reached the other: lost, and said so
@@ -258,43 +286,15 @@ class Membership:
             move = choose_move({p.name: (p.stage, p.queue_length) for p in self.peers.values()}, self.c.cfg.stages)
             return None if move is None else self.move_peer(move.peer, move.target)
 
-    def drop_gradients(self, name: str, reason: str) -> None:
-        """A peer holds gradients no credit will come for (the boundary's verdict): it drops them
-        all (after whatever reached it first), its credits are recomputed, and it serves on
-        (evicting it could empty its stage); evicted instead if it fails to drop them."""
-        with self.c.lock:
-            peer = self.peers.get(name)
-            if peer is None or self.c.closed:
-                return
-            try:
-                peer.call("clear_gradients").result(timeout=self.c.cfg.peer_timeout)
-            except Exception as exc:
-                self.evict(name, f"{reason}, and dropping them failed: {type(exc).__name__}: {exc}")
-                return
-            lost = self.c.ledger.withdraw(name)
-            self.c.emit(events.setting(self.c.clock(), name="gradients_dropped",
-                                       value=f"{name}: {reason}; {lost} samples to recompute"))
-
-    def settle(self, evict: dict[str, str], drop: dict[str, str]) -> None:
-        """Carry out a step boundary's verdicts: evict the peers in `evict` (one already gone has
-        its credits withdrawn), have those in `drop` drop their gradients (name -> why, each)."""
-        for name, why in evict.items():
-            if name in self.peers:
-                self.evict(name, why)
-            else:
-                self.c.ledger.peer_lost(name)
-        for name, why in drop.items():
-            self.drop_gradients(name, why)
-
     def stop_all(self, crash: bool) -> None:
-        """Crash every peer, or close each after its queued requests (the run is over), without
-        the lock (a boundary waiting on a slow peer may hold it)."""
+        """Crash every peer, or close each after its queued requests (the run is over), without the lock (a
+        boundary waiting on a slow peer may hold it)."""
         for p in list(self.peers.values()):
             (p.kill if crash else p.close)()
 
     def evict(self, name: str, reason: str, peer: PeerHandle | None = None) -> None:
-        """Kill a peer for a fault, unless it is already gone (or the run is over, or the peer
-        under `name` is no longer `peer`, the one found at fault)."""
+        """Kill a peer for a fault, unless it is already gone (or the run is over, or the peer under `name` is no
+        longer `peer`, the one found at fault)."""
         with self.c.lock:
             if name in self.peers and peer in (None, self.peers[name]) and not self.c.closed:
                 self._kill(name, reason)

@@ -20,6 +20,7 @@ from labkit import events
 from labkit.config import RunConfig
 from labkit.runtime.ports import PeerHandle
 from labkit.runtime.shards import Checkpoints, stage_state
+from labkit.runtime.verdicts import settle
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import SyncSchedule
 
@@ -95,7 +96,7 @@ def rollback(c: Recoverable, why: str) -> None:
         except Exception as exc:
             failed[p.name] = f"restoring the checkpoint of step {kept.step} failed: {type(exc).__name__}: {exc}"
     c.emit(events.setting(c.clock(), name="rollback", value={"from": was, "to": kept.step, "reason": why}))
-    c.members.settle(failed, {})
+    settle(c.members, failed, {})
     c.cond.notify_all()
 
 

@@ -52,8 +52,18 @@ def choose_move(queues: Mapping[str, tuple[int, float]], num_stages: int) -> Mov
     return None if peer < 0 else Move(peer=names[peer], source=int(source), target=int(target))
 
 
-def join_stage(queues: Mapping[str, tuple[int, float]], num_stages: int) -> int:
+def join_stage(queues: Mapping[str, tuple[int, float]], num_stages: int, starting: Mapping[int, int] | None = None) -> int:
     """The stage a new peer joins: the first stage with no peers, else the most loaded one (ties:
-    the fewest peers, then the lower index: with every queue empty, the thinnest stage)."""
+    the fewest peers, then the lower index: with every queue empty, the thinnest stage).
+
+    `starting`: peers already joining each stage (chosen, not yet serving). Each counts as a peer
+    of its stage that will take an equal share of the stage's load, so that several workers
+    joining at once spread over the stages instead of all taking the one most loaded before any
+    of them serves (four restarted Dask workers once all joined one stage, leaving the other one peer)."""
     _, stage, queue = _arrays(queues, num_stages)
+    pending = np.array([(starting or {}).get(s, 0) for s in range(num_stages)], np.int64)
+    counts = np.bincount(stage, minlength=num_stages)
+    share = counts / np.maximum(counts + pending, 1)
+    stage = np.concatenate([stage, np.repeat(np.arange(num_stages), pending)])
+    queue = np.concatenate([queue * share[stage[:len(queue)]], np.zeros(int(pending.sum()))])
     return int(rebalance_join(stage, queue, num_stages))

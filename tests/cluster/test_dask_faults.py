@@ -196,7 +196,8 @@ def test_three_kills_and_a_trainer_kill_in_a_row(own_cluster, small_run: RunConf
         for joined in [e for e in run.events.history("setting") if e["name"] == "worker_joined"]:
             run.wait_for(event={"type": "hop", "peer": joined["value"].split(" serves ")[1]}, timeout=60)
         size = sum(cfg.peers_per_stage)
-        wait_until(lambda: len(_live_peers(run)) == size, 60, f"{size} live peers again")
+        wait_until(lambda: len(_live_peers(run)) == size, 60, f"{size} live peers again", seen=lambda: (
+            _live_peers(run), [f'{e["t"]:.1f} {e["name"]}: {e["value"]}'[:160] for e in run.events.history("setting")]))
         later = run.clock() + 3.0  # the watch looks at new workers every second: 3 s to take a peer
         run.wait_for(event=lambda e: e["type"] == "step" and e["t"] > later, timeout=60)
         assert len(_live_peers(run)) == size, _live_peers(run)  # the trainer's worker took none when it came back

@@ -1,10 +1,11 @@
 """Which workers that join a Dask run mid-run get a SWARM peer (`dask_joins.Newcomers`), against a
-fake fleet (the scheduler's worker table, with each worker's nanny) and a fake coordinator."""
+fake fleet (the scheduler's worker table, with each worker's nanny) and a fake membership that
+keeps a size as `Membership` does (tests/integration/test_run_size.py checks the real one)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
-from types import SimpleNamespace
 
 from labkit.executors.swarm.dask_joins import Newcomers
 from tests.waiting import wait_until
@@ -19,8 +20,9 @@ class FakeFleet:
     def workers(self) -> dict[str, dict[str, str]]:
         return {w: {"nanny": n} for w, n in self.table.items()}
 
-    def newcomers(self) -> list[str]:
-        return [w for w in self.table if w not in self.initial and w not in self.placed]
+    def unused(self) -> tuple[list[str], list[str]]:
+        free = [w for w in self.table if w not in self.placed]
+        return [w for w in free if w not in self.initial], [w for w in free if w in self.initial]
 
     def join_dht(self, workers: list[str]) -> None:
         pass
@@ -34,22 +36,39 @@ class FakeFleet:
         self.placed.discard(worker)
 
 
-class FakeCoordinator:
-    """Peers by name (each on a worker); `add_peer` places a new one on a free newcomer (as the
-    fleet's placement does: one that joined mid-run before one the run started with)."""
+class FakeMembers:
+    """Peers by name -> worker, and the size the run keeps; a new peer goes to a worker that joined
+    mid-run before a spare, as the fleet's placement does."""
 
     def __init__(self, fleet: FakeFleet, peers: dict[str, str]) -> None:
-        self.fleet, self.emitted = fleet, []
-        self.stopped = threading.Event()
-        self.members = SimpleNamespace(peers={n: SimpleNamespace(worker=w) for n, w in peers.items()},
-                                       add_peer=self.add_peer)
+        self.fleet, self.peers, self.size = fleet, dict(peers), len(peers)
+        self._names = (f"s0p{i}" for i in itertools.count(len(peers)))
+
+    def short(self) -> bool:
+        return len(self.peers) < self.size
 
     def add_peer(self, stage: int | None) -> str:
-        worker = self.fleet.newcomers()[0]
+        self.size += 1
+        return self._place()
+
+    def refill(self) -> str | None:
+        return self._place() if self.short() else None
+
+    def _place(self) -> str:
+        joined, spares = self.fleet.unused()
+        worker = (joined or spares)[0]
         self.fleet.placed.add(worker)
-        name = f"s0p{len(self.members.peers)}"
-        self.members.peers[name] = SimpleNamespace(worker=worker)
+        self.peers[name := next(self._names)] = worker
         return name
+
+    def fault(self, name: str) -> None:
+        """Peer `name` is lost to a fault (evicted): the run is short of it."""
+        self.fleet.placed.discard(self.peers.pop(name))
+
+
+class FakeCoordinator:
+    def __init__(self, fleet: FakeFleet, peers: dict[str, str]) -> None:
+        self.members, self.emitted, self.stopped = FakeMembers(fleet, peers), [], threading.Event()
 
     def emit(self, event: dict) -> None:
         self.emitted.append(event)
@@ -57,24 +76,43 @@ class FakeCoordinator:
     def clock(self) -> float:
         return 0.0
 
+    def said(self, name: str) -> list[str]:
+        return [e["value"] for e in self.emitted if e["name"] == name]
 
-def test_a_worker_back_without_a_peer_to_take_back_stays_free_and_others_take_peers() -> None:
+
+def _settled(newcomers: Newcomers) -> None:
+    newcomers.use()
+    wait_until(lambda: not newcomers._joining, 10, "the joins to end")  # noqa: SLF001 - the fake has no events to wait on
+
+
+def test_restarted_workers_replace_only_what_faults_took_and_new_machines_grow_the_run() -> None:
     fleet = FakeFleet({"A": "nanny-a", "B": "nanny-b", "C": "nanny-c"}, initial={"A", "B", "C"})
-    coordinator = FakeCoordinator(fleet, {"s0p0": "A"})  # B hosts a trainer, C nothing (a spare)
-    newcomers = Newcomers(fleet, coordinator)
-    newcomers.use()  # the first look: who hosts a peer
+    c = FakeCoordinator(fleet, {"s0p0": "A"})  # B hosts a trainer, C nothing (a spare)
+    newcomers = Newcomers(fleet, c)
 
     fleet.restart("B", "B2")  # the trainer's worker, back (its trainer restarted elsewhere)
     fleet.restart("C", "C2")  # the spare, back
-    newcomers.use()
-    assert sorted(e["value"].split()[0] for e in coordinator.emitted if e["name"] == "worker_spare") == ["B2", "C2"]
-    assert len(coordinator.members.peers) == 1
+    _settled(newcomers)
+    assert sorted(v.split()[0] for v in c.said("worker_spare")) == ["B2", "C2"] and c.said("worker_joined") == []
 
-    fleet.restart("A", "A2")  # the peer's worker, back: it takes a peer
-    del coordinator.members.peers["s0p0"]
-    fleet.table["D"] = "nanny-d"  # a new machine: it takes a peer
-    newcomers.use()
-    wait_until(lambda: sum(e["name"] == "worker_joined" for e in coordinator.emitted) == 2, 10, "two peers started")
-    assert sorted(p.worker for p in coordinator.members.peers.values()) == ["A2", "D"]
-    newcomers.use()  # the spares are never asked again
-    assert sum(e["name"] == "worker_spare" for e in coordinator.emitted) == 2
+    c.members.fault("s0p0")
+    fleet.restart("A", "A2")  # the peer's worker, back: it replaces the peer
+    fleet.table["D"] = "nanny-d"  # a new machine: it adds a peer
+    _settled(newcomers)
+    assert sorted(c.members.peers.values()) == ["A2", "D"] and c.members.size == 2, c.members.peers
+    _settled(newcomers)  # the spares are never asked again
+    assert len(c.said("worker_spare")) == 2 and len(c.said("worker_joined")) == 2
+
+
+def test_a_worker_back_before_its_peer_was_evicted_stays_spare_and_a_spare_then_refills() -> None:
+    fleet = FakeFleet({"A": "nanny-a", "B": "nanny-b"}, initial={"A", "B"})
+    c = FakeCoordinator(fleet, {"s0p0": "A", "s0p1": "B"})
+    newcomers = Newcomers(fleet, c)
+    fleet.restart("A", "A2")  # back within 0.1 s (a forkserver), before the run evicted its peer
+    _settled(newcomers)
+    assert c.said("worker_spare") and not c.said("worker_joined")
+    c.members.fault("s0p0")  # the eviction comes
+    _settled(newcomers)
+    assert c.said("worker_joined") == ["a spare serves s0p2"] and c.members.peers["s0p2"] == "A2"
+    _settled(newcomers)
+    assert len(c.members.peers) == 2, c.members.peers

@@ -71,6 +71,15 @@ def test_choose_move_and_join_stage():
     idle = {"a": (0, 0.0), "b": (0, 0.0), "c": (1, 0.0), "d": (2, 0.0), "e": (2, 0.0)}
     assert join_stage(idle, 3) == 1  # every queue empty: the stage with the fewest peers, not the first
     assert join_stage(idle | {"f": (1, 0.0)}, 3) == 0  # equal loads and counts: the first stage
+
+
+def test_peers_joining_at_once_spread_as_if_they_joined_one_after_another():
+    queues = {"a": (0, 10.0), "b": (1, 4.0)}
+    assert join_stage(queues, 2) == 0
+    assert join_stage(queues, 2, starting={0: 1}) == 0  # stage 0's 10 over 2 peers: 5 > 4
+    assert join_stage(queues, 2, starting={0: 2}) == 1  # 10 over 3 peers: 3.3 < 4
+    assert join_stage({"a": (0, 1.0)}, 2, starting={1: 1}) == 0  # an empty stage someone joins is not empty
+    assert join_stage({"a": (0, 1.0)}, 3, starting={1: 1}) == 2
     assert choose_move({"a": (0, 0.0), "b": (1, 5.0)}, 2) is None  # would empty stage 0
 
 

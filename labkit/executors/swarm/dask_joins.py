@@ -1,11 +1,14 @@
-"""Workers that join a Dask run's cluster mid-run each get a SWARM peer, on the stage Algorithm 2's
-join rule picks: a new machine (a `dask worker` started mid-run), and a worker its nanny restarted
-where the one before hosted a peer. One restarted where the one before hosted no peer (a trainer,
-which restarted elsewhere, or nothing) comes back as a spare, as a worker beyond the run's needs
-at its start stays one: what the next restarted trainer takes. Before, every trainer restart
-added a peer (the trainer took the spare, its old worker came back and took a peer), and a run
-under churn grew past its size: on one machine's 2 cores, 7 and 8 peers stepped 15 and 13 times
-a second against 16-18 with 6 (docs/benchmarks.md, the chaos runs of 2026-11-27)."""
+"""A Dask run keeps its size through worker churn, and grows with each new machine.
+
+A worker that joins the cluster mid-run on a new machine (a `dask worker` started mid-run: a
+nanny the run never saw) gets a peer, and the run's size grows by one. A worker its nanny
+restarted replaces a peer a fault took, if the run is short of its size (`Membership.refill`,
+counting peers still starting); else it stays a spare, as a worker beyond the run's needs at its
+start does, and the next restarted trainer takes it. While the run is short, a spare takes a peer.
+Before, every restart added a peer (a trainer's worker too), and a run under churn grew past its
+size: on one machine's 2 cores, 7 and 8 peers stepped 15 and 13 times a second against 16-18 with
+6 (docs/benchmarks.md, the chaos runs of 2026-11-27). Peers joining at once spread over the stages
+(`join_stage` counts those starting)."""
 
 from __future__ import annotations
 
@@ -19,50 +22,59 @@ if TYPE_CHECKING:
     from labkit.runtime.coordinator import Coordinator
 
 JOIN_TRIES = 3  # a worker that joined mid-run but failed this often to start a peer is left alone
+ANY_SPARE = ""  # a refill on whichever free worker the fleet picks, not one that just joined
 
 
 class Newcomers:
-    """Gives each worker that joined `fleet`'s cluster after the start a peer of `coordinator`'s run."""
+    """Gives workers that join `fleet`'s cluster mid-run peers of `coordinator`'s run, as above."""
 
     def __init__(self, fleet: ActorFleet, coordinator: Coordinator) -> None:
         self.fleet, self.coordinator = fleet, coordinator
-        self._joining: set[str] = set()  # workers a peer is starting on
+        self._nannies = {info.get("nanny") for info in fleet.workers().values()}  # every nanny seen so far
+        self._new: set[str] = set()  # workers that joined on a new machine
+        self._joining: set[str] = set()  # workers a peer is starting on (ANY_SPARE: a refill on a spare)
         self._failures: dict[str, int] = {}  # workers whose peer failed to start: how often
-        self._hosted_peer: dict[str, bool] = {}  # nanny -> whether its worker hosted a peer, at the last look
 
     def use(self) -> None:
-        """Start a peer on each new worker, each on a thread of its own: a start takes seconds,
-        and the caller (the run's watch) must go on meanwhile."""
-        c = self.coordinator
+        """Start a peer on each worker that joined, and on a spare while the run is short, each on a
+        thread of its own: a start takes seconds, and the caller (the run's watch) must go on meanwhile."""
         try:
             workers = self.fleet.workers()
-            joined = [w for w in self.fleet.newcomers() if w not in self._joining]
+            joined, spares = self.fleet.unused()
         except Exception:
             return
         for worker in joined:
-            if not self._hosted_peer.get(workers.get(worker, {}).get("nanny"), True):  # came back, no peer lost
-                self.fleet.keep_spare(worker)
-                c.emit(events.setting(c.clock(), name="worker_spare", value=f"{worker} came back (its nanny restarted "
-                                      f"it) without a peer to take back: it stays free for a restarted trainer"))
-            elif self._failures.get(worker, 0) < JOIN_TRIES:
-                self._joining.add(worker)
-                threading.Thread(target=self._use, args=(worker,), name="labkit-join", daemon=True).start()
-        peer_workers = {p.worker for p in list(c.members.peers.values())}
-        self._hosted_peer |= {info["nanny"]: w in peer_workers for w, info in workers.items()
-                              if w not in joined and w not in self._joining and info.get("nanny")}
+            if worker in self._joining or self._failures.get(worker, 0) >= JOIN_TRIES:
+                continue
+            if workers.get(worker, {}).get("nanny") not in self._nannies - {None}:
+                self._new.add(worker)
+            self._start(worker)
+        self._nannies |= {info.get("nanny") for info in workers.values()}
+        if spares and not self._joining and self._failures.get(ANY_SPARE, 0) < JOIN_TRIES and self.coordinator.members.short():
+            self._start(ANY_SPARE)
+
+    def _start(self, worker: str) -> None:
+        self._joining.add(worker)
+        threading.Thread(target=self._use, args=(worker,), name="labkit-join", daemon=True).start()
 
     def _use(self, worker: str) -> None:
         c = self.coordinator
         try:
             if c.stopped.is_set():
                 return
-            # the worker imports torch and joins the DHT (seconds), then a peer starts on it
-            self.fleet.join_dht([worker])
-            name = c.members.add_peer(None)
+            if worker != ANY_SPARE:  # the worker imports torch and joins the DHT (seconds), then a peer starts
+                self.fleet.join_dht([worker])
+            name = c.members.add_peer(None) if worker in self._new else c.members.refill()
         except Exception as exc:  # e.g. the worker left again before the peer started
             self._failures[worker] = self._failures.get(worker, 0) + 1
-            c.emit(events.setting(c.clock(), name="worker_unused", value=f"{worker}: {type(exc).__name__}: {exc}"))
+            c.emit(events.setting(c.clock(), name="worker_unused", value=f"{worker or 'a spare'}: {type(exc).__name__}: {exc}"))
             return
         finally:
             self._joining.discard(worker)
-        c.emit(events.setting(c.clock(), name="worker_joined", value=f"{worker} serves {name}"))
+        self._failures.pop(worker, None)
+        if name is not None:
+            c.emit(events.setting(c.clock(), name="worker_joined", value=f"{worker or 'a spare'} serves {name}"))
+        elif worker != ANY_SPARE:
+            self.fleet.keep_spare(worker)
+            c.emit(events.setting(c.clock(), name="worker_spare", value=f"{worker} came back (its nanny restarted it) "
+                                  f"with no peer to replace: it stays free for a restarted trainer"))
