@@ -50,7 +50,8 @@ class Newcomers:
                 self._new.add(worker)
             self._start(worker)
         self._nannies |= {info.get("nanny") for info in workers.values()}
-        if spares and not self._joining and self._failures.get(ANY_SPARE, 0) < JOIN_TRIES and self.coordinator.members.short():
+        spares_fail = self._failures.get(ANY_SPARE, 0) >= JOIN_TRIES
+        if spares and not self._joining and not spares_fail and self.coordinator.members.short():
             self._start(ANY_SPARE)
 
     def _start(self, worker: str) -> None:
@@ -72,6 +73,7 @@ class Newcomers:
         finally:
             self._joining.discard(worker)
         self._failures.pop(worker, None)
+        self._failures.pop(ANY_SPARE, None)  # spares were tried 3 times in a row at most: any success tries them again
         if name is not None:
             c.emit(events.setting(c.clock(), name="worker_joined", value=f"{worker or 'a spare'} serves {name}"))
         elif worker != ANY_SPARE:
