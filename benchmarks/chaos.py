@@ -11,7 +11,7 @@ that keeps another live peer (a stage left with none pauses the run by design). 
 `--hang-share` of the faults is a hang instead of a kill: the worker is SIGSTOPped (its
 sockets stay open, it answers nothing), and SIGKILLed `--hang-seconds` later, as a hung machine is
 eventually rebooted. The nanny restarts a killed worker under a new address, and the run gives it
-a peer: those are the joins. Times of faults and of the events that answer them are taken here,
+a peer if it is short of one (a hung peer is replaced on a spare once evicted): those are the joins. Times of faults and of the events that answer them are taken here,
 as the events arrive (a trainer's hop events come batched with its microbatch's `finish`: a hop's
 arrival is late by up to one microbatch).
 
@@ -261,14 +261,15 @@ def chaos(minutes: float, kill_every: float, rng: random.Random, hang_share: flo
 
 def recoveries(kills: list[Kill], stamps: Stamps) -> None:
     """Fill each fault's seconds to the next step and to its replacement's first hop, and a hung
-    worker's seconds to its eviction. The nanny restarts every killed worker, and a restart joins as
-    a peer unless a restarted trainer took it first: in SIGKILL order, each peer's fault takes the
-    first join after its SIGKILL that no earlier one took, and its replacement is that join's peer
-    (its seconds to serve count from the SIGKILL); a trainer's is itself, restarted under its name
-    (counted from the fault), and takes no join."""
+    worker's seconds to its eviction. A peer lost to a fault is replaced on a restarted worker or a
+    spare (a hung one's as soon as it is evicted, before its worker is killed): in fault order, each
+    peer's fault takes the first join after it that no earlier one took, and its replacement is that
+    join's peer (its seconds to serve count from the fault); a trainer's is itself, restarted under
+    its name, and takes no join. (Until 2026-11-27 a hung peer's worker was the one to replace it,
+    and joins were matched from the SIGKILL.)"""
     joins = [(t, e["value"].split(" serves ")[-1]) for t, e in stamps.events
              if e["type"] == "setting" and e["name"] == "worker_joined"]
-    for kill in sorted(kills, key=lambda k: k.killed):
+    for kill in sorted(kills, key=lambda k: k.at):
         step = stamps.after(kill.at, lambda e: e["type"] == "step")
         kill.next_step = None if step is None else step[0] - kill.at
         if kill.role.startswith("hung"):
@@ -276,15 +277,14 @@ def recoveries(kills: list[Kill], stamps: Stamps) -> None:
                                or (e["type"] == "setting" and e["name"] == "trainer_lost" and e["value"].startswith(n + "#")))
             kill.evicted = None if out is None else out[0] - kill.at
         trainer = kill.role.endswith("trainer")
-        joined = None if trainer else next((j for j in joins if j[0] >= kill.killed), None)
+        joined = None if trainer else next((j for j in joins if j[0] >= kill.at), None)
         if joined is not None:
             joins.remove(joined)
         kill.replacement = kill.name if trainer else None if joined is None else joined[1]
         if kill.replacement is not None:
-            since = kill.at if trainer else kill.killed
-            hop = stamps.after(since, lambda e, r=kill.replacement: e["type"] == "hop"
+            hop = stamps.after(kill.at, lambda e, r=kill.replacement: e["type"] == "hop"
                                and (e["trainer"] == r if trainer else e["peer"] == r))
-            kill.serving = None if hop is None else hop[0] - since
+            kill.serving = None if hop is None else hop[0] - kill.at
 
 
 def accounting(stamps: Stamps, ended: float) -> tuple[int, int, float]:

@@ -138,6 +138,14 @@ class Link:
         with self._lock:
             return self.latency + bucket.send(nbytes * self.scale, time.monotonic())
 
+    def send(self, value: Any, deliver: Callable[[], None], back: bool = False) -> float:
+        """Carry one message holding `value` one way (up, or down with `back`) and call `deliver`
+        once it arrived: half the round trip plus its bytes through that direction's bucket. The
+        seconds it takes."""
+        seconds = self._delay(self.down if back else self.up, payload_bytes(value))
+        _timers().at(time.monotonic() + seconds, deliver)
+        return seconds
+
     def call(self, peer: PeerHandle, method: str, *args: Any) -> LinkedFuture:
         """Send `method(*args)` to `peer` once it has crossed the link; the reply crosses back."""
         out = LinkedFuture()

@@ -28,7 +28,7 @@ from labkit.sim.world import build_world
 
 def load_world(cfg: RunConfig) -> SimScenario:
     """`cfg.world` read and checked against the run's shape (as `load_links` checks a links
-    file); only for an executor whose spec says its runs live in worlds (SWARM's)."""
+    file); only for an executor whose spec says its runs live in worlds (SWARM's, the pipeline's)."""
     if not cfg.spec.worlds:
         raise ConfigError("RunConfig", "world", cfg.world, f"a world for an executor whose peers live in one "
                           f"({[n for n, spec in SPECS.items() if spec.worlds]}; this run's {cfg.spec.name!r} has no "
@@ -89,6 +89,8 @@ def replay_churn(run: RunHandle, s: SimScenario, stop: threading.Event | None = 
                     run.add_peer(None if s.joins_by_policy else min(int(u * s.stages), s.stages - 1))
             except RuntimeError:  # the run ended between the check and the verb
                 return
+            except ValueError:  # fixed wiring (the pipeline's lanes) takes a joiner only where a lane is empty: none is
+                continue
 
     thread = threading.Thread(target=loop, name="labkit-churn", daemon=True)
     thread.start()

@@ -127,7 +127,6 @@ def test_a_slow_peer_slows_every_lane_and_widens_the_bubble() -> None:
     ({"stages": 2, "peers": (2, 1)}, "RunConfig.peers=\\(2, 1\\) is not allowed: one number, or the same number for every stage"),
     ({"sync": SyncConfig(mode="diloco")}, "RunConfig.sync=.* is not allowed: SyncConfig\\(mode='allreduce'\\)"),
     ({"delayed_updates": True}, "RunConfig.delayed_updates=True is not allowed: False with executor='pipeline'"),
-    ({"links": "scenario.json"}, "RunConfig.links='scenario.json' is not allowed: None with executor='pipeline'"),
 ])
 def test_what_the_pipeline_cannot_do_is_refused_with_one_clear_error(changes: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -179,8 +178,8 @@ def test_a_peer_killed_while_the_replicas_step_sends_every_peer_back_to_the_comm
             self.port.kill()
 
     class Host(LocalStages):
-        def spawn(self, name: str, stage: int, state: dict) -> object:
-            port = super().spawn(name, stage, state)
+        def spawn(self, name: str, stage: int, state: dict, place: str) -> object:
+            port = super().spawn(name, stage, state, place)
             return KillAtItsStep(port) if name == "s1p1" else port
 
     run_of.append(launch_pipeline(CFG, hosts=Host))

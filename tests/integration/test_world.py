@@ -100,8 +100,9 @@ def test_a_bad_world_is_one_clear_error(small_run: RunConfig, tmp_path: Path) ->
         world_config("nowhere")
     with pytest.raises(ConfigError, match="world.*a scenario with the run's 2 stages of \\[3, 3\\] peers"):
         labkit.launch(world_run(small_run, world).replace(peers=3))
-    with pytest.raises(ConfigError, match=r"world.*for an executor whose peers live in one \(\['swarm'\]; this run's 'pipeline'"):
-        labkit.launch(world_run(small_run, world).replace(executor="pipeline", peers=1))
+    with pytest.raises(ConfigError, match=r"world.*for an executor whose peers live in one \(\['swarm', 'pipeline'\]; this "
+                                          r"run's 'taskpool'"):
+        labkit.launch(world_run(small_run, world).replace(executor="taskpool"))
 
 
 def test_a_moved_peer_keeps_its_region_and_device_under_its_new_name(small_run: RunConfig, tmp_path: Path) -> None:

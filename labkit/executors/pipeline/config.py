@@ -36,5 +36,3 @@ class PipelineConfig:
                "every step)")
         _check(not run.delayed_updates, o, "delayed_updates", run.delayed_updates,
                "False with executor='pipeline' (a synchronous pipeline steps on the parameters it computed with)")
-        _check(run.links is None, o, "links", run.links,
-               "None with executor='pipeline' (its stages talk directly; no emulated trainer-peer links)")

@@ -21,6 +21,7 @@ from labkit import events
 from labkit.config import RunConfig
 from labkit.data import WindowSampler
 from labkit.executors.pipeline.lanes import Attempt, Broken, Outcome
+from labkit.executors.pipeline.links import StageLinks, lane_place
 from labkit.executors.pipeline.peers import Peer, StageHost, kept
 from labkit.executors.pipeline.schedule import BACKWARD, bubble
 from labkit.model.partition import stage_bounds
@@ -54,6 +55,7 @@ class PipelineCore:
         self._applying = False  # the attempt's optimizer steps have begun: live peers may have stepped
         self._attempts = itertools.count()  # numbers the attempts: a recomputed step's sums are keyed apart
         self._numbers = [itertools.count() for _ in range(cfg.stages)]
+        self._links = None if cfg.world is None and cfg.links is None else StageLinks(cfg, self.lanes)
         try:
             with self.cond:
                 for stage, lane in itertools.product(range(cfg.stages), range(self.lanes)):
@@ -69,7 +71,7 @@ class PipelineCore:
     def _join(self, stage: int, lane: int) -> str:
         """(lock held) A new peer takes `lane` of `stage`, holding the stage's committed state."""
         name = f"s{stage}p{next(self._numbers[stage])}"
-        peer = Peer(name, stage, lane, self.host.spawn(name, stage, self._committed[stage]))
+        peer = Peer(name, stage, lane, self.host.spawn(name, stage, self._committed[stage], lane_place(stage, lane)))
         self.slots[stage][lane] = self.peers[name] = peer
         self.emit(events.peer(self.clock(), peer=name, stage=stage, state="joined", queue=0) | {"lane": lane})
         self.cond.notify_all()
@@ -175,14 +177,15 @@ class PipelineCore:
             grid = [[(p.name, p.port) for p in row] for row in self.slots]
             self._attempt = Attempt(grid, batches, schedule=cfg.executor.schedule, codec=cfg.compression.codec,
                                     scale=1.0 / (cfg.model.seq_len * cfg.global_batch), step=self.step,
-                                    attempt=next(self._attempts), report=self._hop)
+                                    attempt=next(self._attempts), report=self._hop, links=self._links)
             return self._attempt
 
-    def _hop(self, lane: int, stage: int, peer: str, kind: str, nbytes: int, seconds: float, mb: int) -> None:
-        """One answered request as a hop of lane `lane` (the last stage's one request counts as a forward)."""
+    def _hop(self, lane: int, stage: int, peer: str, kind: str, nbytes: int, seconds: float, mb: int, link: float) -> None:
+        """One answered request as a hop of lane `lane` (the last stage's one request counts as a
+        forward), with the seconds the emulated link took to hand on what it returned."""
         self.emit(events.hop(self.clock(), trainer=f"lane{lane}", stage=stage, peer=peer, nbytes=nbytes,
                              direction="backward" if kind == BACKWARD else "forward", seconds=seconds,
-                             microbatch=mb) | {"op": kind})
+                             microbatch=mb, link_seconds=link) | {"op": kind})
 
     def _apply(self, attempt: Attempt) -> tuple[list[dict[str, Any]], list[int]]:
         """Sum each stage's gradients over its lanes and step every replica with the sum; returns the

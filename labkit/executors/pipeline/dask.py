@@ -30,9 +30,9 @@ class StageActor:
     """Peer `name` of `stage` on this worker: a `StagePeer` serving requests on a thread of its own
     (the actor's methods are `async def`, so the worker's actor thread is never blocked)."""
 
-    def __init__(self, name: str, stage: int, cfg: RunConfig, state: dict[str, Any], key: str) -> None:
+    def __init__(self, name: str, stage: int, cfg: RunConfig, state: dict[str, Any], place: str, key: str) -> None:
         prepare_worker(cfg)
-        self.peer = stage_peer(cfg, name, stage, state)
+        self.peer = stage_peer(cfg, name, stage, state, place=place)
         self._stopped = watch_for_release(self, f"labkit-watch-{name}", self.peer.kill)
 
     async def run(self, method: str, *args: Any) -> Any:
@@ -78,8 +78,8 @@ class DaskStages:
         self.dashboard = self.fleet.dashboard
         self.fleet.watch()  # a request waiting on a peer whose worker left fails at once from now on
 
-    def spawn(self, name: str, stage: int, state: dict[str, Any]) -> RemoteStage:
-        return RemoteStage(self.fleet.start(name, StageActor, name, stage, self.cfg, dict(state)), self.fleet.free)
+    def spawn(self, name: str, stage: int, state: dict[str, Any], place: str) -> RemoteStage:
+        return RemoteStage(self.fleet.start(name, StageActor, name, stage, self.cfg, dict(state), place), self.fleet.free)
 
     def watch(self, lost: Callable[[str, str], None]) -> None:
         self.fleet.watch(lambda handle, reason: lost(handle.name, reason))

@@ -17,13 +17,15 @@ from typing import Any
 
 import torch
 
+from labkit.executors.pipeline.links import StageLinks
 from labkit.executors.pipeline.peers import StagePort
 from labkit.executors.pipeline.schedule import BACKWARD, FORWARD, deal, stage_order
 from labkit.runtime.peer import PeerDied
 from labkit.swarm.ledger import AttemptKey
 
-# (lane, stage, peer, kind, bytes sent and received, seconds, microbatch): one request, answered
-HopReport = Callable[[int, int, str, str, int, float, int], None]
+# (lane, stage, peer, kind, bytes sent and received, seconds, microbatch, seconds on the emulated link of
+# what it handed on): one request, answered
+HopReport = Callable[[int, int, str, str, int, float, int, float], None]
 
 
 class Broken(RuntimeError):
@@ -77,8 +79,10 @@ class Attempt:
     """One attempt at a step: `grid[stage][lane]` = (peer name, port); `batches[mb]` = (inputs, targets)."""
 
     def __init__(self, grid: Sequence[Sequence[tuple[str, StagePort]]], batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
-                 *, schedule: str, scale: float, codec: str, step: int, attempt: int, report: HopReport) -> None:
+                 *, schedule: str, scale: float, codec: str, step: int, attempt: int, report: HopReport,
+                 links: StageLinks | None = None) -> None:
         self.grid, self.batches, self.schedule, self.scale, self.codec = grid, batches, schedule, scale, codec
+        self.links = links  # the emulated links between stages (None: handed on at once)
         self.step, self.attempt, self.report = step, attempt, report
         self.box = Mailbox()
         self.shares = deal(len(batches), len(grid[0]))
@@ -120,7 +124,7 @@ class Attempt:
         """Run `kind` of microbatch `mb` on the peer at (stage, lane), and pass on what it returns."""
         name, port = self.grid[stage][lane]
         inputs, targets = self.batches[mb]
-        samples, key = inputs.shape[0], self.key(mb)
+        samples, key, link = inputs.shape[0], self.key(mb), 0.0
         if kind == BACKWARD:
             grad = self.box.get(("grad", stage, mb))
             start = time.perf_counter()
@@ -131,12 +135,20 @@ class Attempt:
             start = time.perf_counter()
             if kind == FORWARD:
                 out = port.request("forward", key, x, True, self.codec)
-                self.box.put(("act", stage + 1, mb), out)
+                link = self._hand(stage, stage + 1, lane, ("act", stage + 1, mb), out)
             else:  # the last stage: forward, loss and backward in one request
                 self.losses[mb], out = port.request("loss", key, x, targets, self.scale, True, samples, self.codec)
             sent = _nbytes(x, out)
         seconds = time.perf_counter() - start
         if kind != FORWARD and stage > 0:
-            self.box.put(("grad", stage - 1, mb), out)
+            link = self._hand(stage, stage - 1, lane, ("grad", stage - 1, mb), out)
         self.busy[stage][lane] += seconds
-        self.report(lane, stage, name, kind, sent, seconds, mb)
+        self.report(lane, stage, name, kind, sent, seconds, mb, link)
+
+    def _hand(self, source: int, target: int, lane: int, key: Hashable, value: Any) -> float:
+        """Hand `value` to `lane`'s peer at stage `target`: at once, or once its emulated link carried
+        it; the link's seconds."""
+        if self.links is None:
+            self.box.put(key, value)
+            return 0.0
+        return self.links.hand(source, target, lane, value, lambda: self.box.put(key, value))

@@ -37,8 +37,9 @@ class StageHost(Protocol):
 
     dashboard: str | None  # where its workers are watched (Dask's dashboard), if anywhere
 
-    def spawn(self, name: str, stage: int, state: dict[str, Any]) -> StagePort:
-        """Start peer `name` of `stage` holding `state` (parameters and optimizer state)."""
+    def spawn(self, name: str, stage: int, state: dict[str, Any], place: str) -> StagePort:
+        """Start peer `name` of `stage` holding `state` (parameters and optimizer state), in a world
+        in peer `place`'s region on its device (its lane's first peer's)."""
 
     def watch(self, lost: Callable[[str, str], None]) -> None:
         """Call `lost(peer, reason)` when a peer's process is seen gone, whatever it is doing."""
@@ -47,9 +48,11 @@ class StageHost(Protocol):
         """Release what the peers used."""
 
 
-def stage_peer(cfg: RunConfig, name: str, stage: int, state: dict[str, Any], device: str = "cpu") -> StagePeer:
-    """A `StagePeer` of `stage` holding `state`: its parameters and, once it has one, its optimizer's state."""
-    peer = StagePeer(name, stage, stage_module(cfg, stage, dict(state["params"])), cfg, device)
+def stage_peer(cfg: RunConfig, name: str, stage: int, state: dict[str, Any], device: str = "cpu",
+               place: str | None = None) -> StagePeer:
+    """A `StagePeer` of `stage` holding `state`: its parameters and, once it has one, its optimizer's
+    state; in a world on peer `place`'s virtual device (default its own name's)."""
+    peer = StagePeer(name, stage, stage_module(cfg, stage, dict(state["params"])), cfg, device, emulates=place)
     peer.load_state(state)
     return peer
 
@@ -80,8 +83,8 @@ class LocalStages:
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
 
-    def spawn(self, name: str, stage: int, state: dict[str, Any]) -> LocalStage:
-        return LocalStage(stage_peer(self.cfg, name, stage, state))
+    def spawn(self, name: str, stage: int, state: dict[str, Any], place: str) -> LocalStage:
+        return LocalStage(stage_peer(self.cfg, name, stage, state, place=place))
 
     def watch(self, lost: Callable[[str, str], None]) -> None:
         """Nothing to watch: a peer here leaves only when it is killed."""
