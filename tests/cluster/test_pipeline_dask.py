@@ -15,6 +15,7 @@ from distributed import Client
 import labkit
 from labkit.executors.pipeline.config import PipelineConfig
 from tests.integration.test_pipeline_run import CFG, assert_equals_reference
+from tests.integration.test_pipeline_world import check_pipeline_world, pipeline_world
 
 pytestmark = pytest.mark.slow
 START_SECONDS = 180  # a cold worker's first torch import and actor start, on a loaded machine
@@ -28,6 +29,13 @@ def test_the_pipeline_on_dask_equals_the_single_process_loop(cluster) -> None:
     assert_equals_reference(run, cfg)
     workers = {p["worker"] for s in run.state()["stages"] for p in s["peers"]}
     assert len(workers) == 4 and "local" not in workers, workers  # one worker per peer
+
+
+def test_the_pipeline_in_a_world_on_dask_holds_its_devices_and_links(cluster, tmp_path: Path) -> None:
+    """Each peer's actor emulates its lane's device on its worker; the links stay the driver's."""
+    cfg = pipeline_world(tmp_path)
+    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address)
+    check_pipeline_world(run, cfg, START_SECONDS)
 
 
 def _mid_step(run: labkit.RunHandle, victim: str) -> None:
