@@ -64,7 +64,7 @@ def test_one_actor_per_worker_then_one_clear_error_and_a_restart_goes_back(clust
         assert fleet.start(f"x{WORKERS}", Echo, "late").worker == handles[0].worker
         again = fleet.start("x3", Echo, "x3 again")
         assert again.worker == handles[3].worker and again.call("later", 0) == "x3 again"
-        assert fleet.unused() == ([], [])
+        assert fleet.unused(fleet.workers()) == ([], [])
     finally:
         fleet.close()
 

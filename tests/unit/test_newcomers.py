@@ -20,8 +20,8 @@ class FakeFleet:
     def workers(self) -> dict[str, dict[str, str]]:
         return {w: {"nanny": n} for w, n in self.table.items()}
 
-    def unused(self) -> tuple[list[str], list[str]]:
-        free = [w for w in self.table if w not in self.placed]
+    def unused(self, workers: dict[str, dict[str, str]]) -> tuple[list[str], list[str]]:
+        free = [w for w in workers if w not in self.placed]
         return [w for w in free if w not in self.initial], [w for w in free if w in self.initial]
 
     def join_dht(self, workers: list[str]) -> None:
@@ -55,7 +55,7 @@ class FakeMembers:
         return self._place() if self.short() else None
 
     def _place(self) -> str:
-        joined, spares = self.fleet.unused()
+        joined, spares = self.fleet.unused(self.fleet.workers())
         worker = (joined or spares)[0]
         self.fleet.placed.add(worker)
         self.peers[name := next(self._names)] = worker

@@ -220,9 +220,10 @@ class ActorFleet:
         """Count `worker` with those the run started with: no newcomer, the last a new peer is placed on."""
         self._initial.add(worker)
 
-    def unused(self) -> tuple[list[str], list[str]]:
-        """Workers hosting nothing of the run: those that joined after it started, and the others (spares)."""
-        free = [w for w in self.workers() if w not in self._placed]
+    def unused(self, workers: Collection[str]) -> tuple[list[str], list[str]]:
+        """Of `workers` (a `workers()` table), those hosting nothing of the run: the ones that joined after it
+        started, and the others (spares)."""
+        free = [w for w in workers if w not in self._placed]
         return [w for w in free if w not in self._initial], [w for w in free if w in self._initial]
 
     def free(self, handle: ActorHandle) -> None:

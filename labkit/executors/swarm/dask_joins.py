@@ -40,7 +40,7 @@ class Newcomers:
         thread of its own: a start takes seconds, and the caller (the run's watch) must go on meanwhile."""
         try:
             workers = self.fleet.workers()
-            joined, spares = self.fleet.unused()
+            joined, spares = self.fleet.unused(workers)
         except Exception:
             return
         for worker in joined:
