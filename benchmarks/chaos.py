@@ -11,9 +11,10 @@ that keeps another live peer (a stage left with none pauses the run by design). 
 `--hang-share` of the faults is a hang instead of a kill: the worker is SIGSTOPped (its
 sockets stay open, it answers nothing), and SIGKILLed `--hang-seconds` later, as a hung machine is
 eventually rebooted. The nanny restarts a killed worker under a new address, and the run gives it
-a peer if it is short of one (a hung peer is replaced on a spare once evicted): those are the joins. Times of faults and of the events that answer them are taken here,
-as the events arrive (a trainer's hop events come batched with its microbatch's `finish`: a hop's
-arrival is late by up to one microbatch).
+a peer if it is short of one (a hung peer is replaced on a spare once evicted): those are the
+joins. Times of faults and of the events that answer them are taken here, as the events arrive
+(a trainer's hop events come batched with its microbatch's `finish`: a hop's arrival is late by up
+to one microbatch).
 
 Prints per minute: RSS of this process and every process under it (the workers, their DHT
 daemons), threads and processes; then samples lost and doubled (each committed step against the

@@ -2,19 +2,19 @@
 in a world (labkit/executors/pipeline), priced by the same device tables and links.
 
 A lane runs its microbatches through its stages, each stage in its given order (the executor's
-schedule: 1F1B or GPipe, the last stage's forward, loss and backward as one request). A request
-starts once its input has arrived and its device is free, and holds the device its seconds. What
-it hands on (activations up, their gradients down) leaves when it is computed, through that
-direction's token bucket of the link between the two stages (FIFO behind earlier hand-offs, as
-the runtime's `Link`), and arrives half the link's round trip later. The lane's step ends when its
-last request does; the run's step adds the boundary (the lanes' gradient sum and the optimizer
+schedule: 1F1B or GPipe, the last stage's forward, loss and backward as one request). The timeline
+is `pipelines.run_orders`, the one ATOM's baselines run on: a request starts once its input has
+arrived and its device is free; what it hands on (activations up, their gradients down) leaves
+through its direction of the link between the two stages, one at a time (as the runtime's `Link`'s
+token bucket sends them), and arrives half the link's round trip later. The lane's step ends with
+its last request; the run's step adds the boundary (the lanes' gradient sum and the optimizer
 step), which this does not price."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from labkit.sim.links import TokenBucket
+from labkit.sim.pipelines import run_orders
 
 FORWARD, BACKWARD, LAST = "forward", "backward", "last"  # the executor's request kinds
 
@@ -29,24 +29,10 @@ def lane_seconds(orders: Sequence[Sequence[tuple[str, int]]], seconds: Mapping[s
     stages = len(orders)
     if len(links) != stages - 1:
         raise ValueError(f"links has {len(links)} entries: {stages - 1} allowed (one between each two stages)")
-    buckets = {(cut, up): TokenBucket(rate=rate) for cut, (_, rate) in enumerate(links) for up in (True, False)}
-    arrived: dict[tuple[str, int, int], float] = {}  # (what, stage, microbatch) -> when it is at that stage
-    free, position, end = [0.0] * stages, [0] * stages, 0.0
-    while any(position[s] < len(orders[s]) for s in range(stages)):
-        progressed = False
-        for s in range(stages):
-            while position[s] < len(orders[s]):
-                kind, mb = orders[s][position[s]]
-                ready = 0.0 if kind == FORWARD and s == 0 else arrived.get(("grad" if kind == BACKWARD else "act", s, mb))
-                if ready is None:
-                    break
-                done = free[s] = max(free[s], ready) + seconds[kind][s]
-                position[s], progressed, end = position[s] + 1, True, max(end, done)
-                target = s + 1 if kind == FORWARD else s - 1
-                if 0 <= target < stages:
-                    cut = min(s, target)
-                    wire = buckets[cut, target > s].send(nbytes, done)
-                    arrived["act" if target > s else "grad", target, mb] = done + wire + links[cut][0] / 2
-        if not progressed:
-            raise ValueError(f"the orders deadlock: stages wait at requests {position}")
-    return end
+    # the last stage's one request is its forward (all of its seconds) turning into a backward of none
+    phases = {FORWARD: ("fwd",), BACKWARD: ("bwd",), LAST: ("fwd", "bwd")}
+    passes = [[(phase, mb) for kind, mb in order for phase in phases[kind]] for order in orders]
+    last = stages - 1
+    timed = {"fwd": [*seconds[FORWARD][:last], seconds[LAST][last]], "bwd": [*seconds[BACKWARD][:last], 0.0]}
+    intervals, _ = run_orders(passes, timed, [nbytes / rate for _, rate in links], [rtt / 2 for rtt, _ in links])
+    return max(iv.end for iv in intervals if iv.kind == "compute")

@@ -22,7 +22,7 @@ The two schedules differ only in the order each device runs its work; one execut
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from labkit.config import ConfigError
@@ -67,12 +67,22 @@ def balanced_stages(profile: Sequence[LayerCost], devices: int) -> tuple[int, ..
 
 def _execute(layers: tuple[LayerCost, ...], stages: tuple[int, ...], orders: list[list[tuple[str, int]]],
              bandwidth_bps: float, latency_s: float) -> tuple[list[Interval], dict[int, float]]:
-    """Run each device's `orders` (phase, microbatch) as soon as its inputs are in; returns the
-    intervals and, per microbatch, when stage 0 finished its backward."""
-    n_dev = len(stages)
+    """`run_orders` with each stage's seconds summed from its layers and every cut carrying the cut
+    layer's `out_bytes` over one link of `bandwidth_bps` and `latency_s`."""
     groups = layer_groups(layers, stages)
     seconds = {"fwd": [sum(x.fwd_s for x in g) for g in groups], "bwd": [sum(x.bwd_s for x in g) for g in groups]}
-    wire = [g[-1].out_bytes * 8.0 / bandwidth_bps for g in groups[:-1]]  # seconds on link s -> s + 1
+    wire = [g[-1].out_bytes * 8.0 / bandwidth_bps for g in groups[:-1]]
+    return run_orders(orders, seconds, wire, [latency_s] * len(wire))
+
+
+def run_orders(orders: Sequence[Sequence[tuple[str, int]]], seconds: Mapping[str, Sequence[float]],
+               wire: Sequence[float], latency: Sequence[float]) -> tuple[list[Interval], dict[int, float]]:
+    """Run each device's `orders` ("fwd" or "bwd", microbatch) as soon as its inputs are in: a pass
+    holds device s `seconds[phase][s]`; what it hands on occupies that direction of the link
+    between s and s + 1 `wire[s]` seconds (one send at a time, FIFO) and arrives `latency[s]` later;
+    the last stage's forward turns into its backward there. Returns the intervals and, per
+    microbatch, when stage 0 finished its backward."""
+    n_dev = len(orders)
     arrived: dict[tuple[str, int, int], float] = {}  # (phase, stage, microbatch) -> input on the device
     link_free = {(s, phase): 0.0 for s in range(n_dev - 1) for phase in ("fwd", "bwd")}
     device_free = [0.0] * n_dev
@@ -101,8 +111,8 @@ def _execute(layers: tuple[LayerCost, ...], stages: tuple[int, ...], orders: lis
                     cut = min(s, target)
                     send = max(end, link_free[cut, phase])
                     link_free[cut, phase] = send + wire[cut]
-                    arrived[phase, target, m] = send + wire[cut] + latency_s
-                    intervals.append(Interval("send", s, cut, phase, m, send, send + wire[cut] + latency_s))
+                    arrived[phase, target, m] = send + wire[cut] + latency[cut]
+                    intervals.append(Interval("send", s, cut, phase, m, send, send + wire[cut] + latency[cut]))
         if not progressed:
             raise RuntimeError(f"pipeline orders deadlock at positions {position}")
     return intervals, done

@@ -64,6 +64,6 @@ def join_stage(queues: Mapping[str, tuple[int, float]], num_stages: int, startin
     pending = np.array([(starting or {}).get(s, 0) for s in range(num_stages)], np.int64)
     counts = np.bincount(stage, minlength=num_stages)
     share = counts / np.maximum(counts + pending, 1)
+    queue = np.concatenate([queue * share[stage], np.zeros(int(pending.sum()))])
     stage = np.concatenate([stage, np.repeat(np.arange(num_stages), pending)])
-    queue = np.concatenate([queue * share[stage[:len(queue)]], np.zeros(int(pending.sum()))])
     return int(rebalance_join(stage, queue, num_stages))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 import labkit
 from labkit.config import ModelConfig, RunConfig
 from labkit.runtime.links import load_links
@@ -71,5 +70,3 @@ def check_pipeline_world(run: labkit.RunHandle, cfg: RunConfig, start_seconds: f
         else:
             assert h["link_seconds"] >= rtt_ms / 2e3 + handed * scale * 8 / (mbps * 1e6) - 1e-9, h
     assert_equals_reference(run, cfg)
-
-

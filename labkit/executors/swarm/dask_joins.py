@@ -73,6 +73,7 @@ class Newcomers:
         finally:
             self._joining.discard(worker)
         self._failures.pop(worker, None)
+        self._new.discard(worker)  # it is placed or kept spare: never a newcomer again
         self._failures.pop(ANY_SPARE, None)  # spares were tried 3 times in a row at most: any success tries them again
         if name is not None:
             c.emit(events.setting(c.clock(), name="worker_joined", value=f"{worker or 'a spare'} serves {name}"))
