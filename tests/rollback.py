@@ -77,6 +77,8 @@ def check_rollback(run: labkit.RunHandle, cfg: RunConfig, timeout: float, *, kil
     run.add_peer(1)
     summary = run.wait(timeout)
     assert summary["status"] == "finished", summary
+    final = [e["value"] for e in run.events.history("setting") if e["name"] == "final_state"]
+    assert summary["steps"] == cfg.steps and not final, (summary["steps"], final)  # the peers' state, not a checkpoint's
     rollback, = [e["value"] for e in run.events.history("setting") if e["name"] == "rollback"]
     assert rollback["to"] % cfg.checkpoint_every == 0 and 2 <= rollback["to"] < rollback["from"], rollback
     assert to is None or rollback["to"] == to, rollback
@@ -90,8 +92,11 @@ def check_rollback(run: labkit.RunHandle, cfg: RunConfig, timeout: float, *, kil
         first.setdefault(e["step"], e["loss"])
     repeated = len(run.events.history("step")) - cfg.steps
     assert repeated == rollback["from"] - rollback["to"] > 0, (repeated, rollback)
-    model, _ = train_reference(cfg, WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed))
+    model, losses = train_reference(cfg, WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed))
+    off = {step: (loss, losses[step - 1]) for step, loss in first.items()
+           if abs(loss - losses[step - 1]) > 1e-10 * abs(loss)}
+    assert not off, f"steps whose loss differs from single-process training's (run, reference): {off}"
     got = assemble([s["params"] for s in run.snapshot().result().stages])
-    worst = max(float((got[k] - v).abs().max()) for k, v in model.state_dict().items())
-    assert worst <= 1e-10, f"max |rolled-back run - reference| = {worst:.3g}"
+    worst = {k: float((got[k] - v).abs().max()) for k, v in model.state_dict().items()}
+    assert max(worst.values()) <= 1e-10, f"max |rolled-back run - reference| by tensor: {worst}"
     return rollback

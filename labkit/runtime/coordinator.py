@@ -118,11 +118,12 @@ class Coordinator:
         for trainer in self.trainers:
             trainer.join(max(0.0, grace - time.monotonic()))
         late = any(trainer.alive() for trainer in self.trainers)
-        held = self.lock.acquire(timeout=max(0.5, grace - time.monotonic()))  # a boundary stuck on a slow peer may hold it
+        wait = max(0.5, grace - time.monotonic()) if late else self.cfg.peer_timeout  # as a step's requests do
+        held = self.lock.acquire(timeout=wait)  # a boundary stuck on a slow peer may hold it
         try:
             if held and self.paused and not late:  # a stage lost its state: the run is back at its last checkpoint
                 self.rollback(f"the run stopped while stages {sorted(self.paused)} had no peer")
-            keep_final(self, held and (not self.paused or not late), STOP_GRACE)
+            keep_final(self, held and (not self.paused or not late), 2 * STOP_GRACE if late else wait)
         finally:
             self.closed = True  # the directory is empty from now on: trainers stop retrying
             if held:
@@ -292,8 +293,7 @@ class Coordinator:
             self.lock.release()
 
     def _record_state(self) -> dict[str, Any]:
-        """Build the state (lock held), keep it for state() calls that find the lock busy (at start
-        and after every step boundary), and return a copy."""
+        """Build the state (lock held), kept for a state() that finds the lock busy; a copy."""
         self._last_state = {"status": "paused" if self.paused else "running", "step": self.ledger.step,
                             "steps": self.cfg.steps, "loss": self.last_loss, "paused_stages": sorted(self.paused),
                             "stages": self.members.stages()}

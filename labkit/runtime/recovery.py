@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, as_completed
 from typing import Any, Protocol
@@ -23,6 +24,8 @@ from labkit.runtime.shards import Checkpoints, stage_state
 from labkit.runtime.verdicts import settle
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import SyncSchedule
+
+HEDGE_S = 5.0  # seconds a stage's first peer has to answer a state request before its others are asked too
 
 
 class Members(Protocol):
@@ -52,24 +55,42 @@ class Recoverable(Protocol):
     def emit(self, event: events.Event) -> None: ...
 
 
+class StatesUnread(TimeoutError):
+    """No live peer of a stage answered a state request in time (what the run holds is not read)."""
+
+
 def committed_states(c: Recoverable, timeout: float | None = None) -> list[dict[str, Any]]:
     """Every stage's committed state (lock held: no step is being applied), from its first live
-    peer, or if that one fails to answer within `timeout` (default: the peer timeout), from
-    whichever other answers first; a stage without one has the last checkpoint's (the run goes
-    back to it when a peer joins there). Once the run stopped, the states it stopped with."""
+    peer, or, if that one has not answered within `HEDGE_S`, from whichever of the stage's live
+    peers answers first within `timeout` (default: the peer timeout); a stage without a live peer
+    has the last checkpoint's (the run goes back to it when a peer joins there). Raises
+    `StatesUnread` rather than mix a stage's checkpoint into live states. Once the run stopped,
+    the states it stopped with."""
     if c.final is not None:
         return c.final
-    timeout = c.cfg.peer_timeout if timeout is None else timeout
+    total = c.cfg.peer_timeout if timeout is None else timeout
+    deadline = time.monotonic() + total
     peers = [c.members.live(stage) for stage in range(c.cfg.stages)]
     asked = [[p.call("state") for p in live[:1]] for live in peers]
-    return [_first(first, timeout) or _first([p.call("state") for p in live[1:]], timeout)
-            or stage_state(c.checkpoints.settle().shard(stage)) for stage, (first, live) in enumerate(zip(asked, peers))]
+    states = []
+    for stage, (live, futures) in enumerate(zip(peers, asked)):
+        if not live:
+            states.append(stage_state(c.checkpoints.settle().shard(stage)))
+            continue
+        state = _first(futures, min(HEDGE_S, deadline - time.monotonic()))
+        if state is None and len(live) > 1:  # hedge: the first peer may be slow, not gone
+            futures += [p.call("state") for p in live[1:]]
+        if state is None and (state := _first(futures, deadline - time.monotonic())) is None:
+            raise StatesUnread(f"no live peer of stage {stage} ({', '.join(p.name for p in live)}) answered a "
+                               f"state request within {total:g} s")
+        states.append(state)
+    return states
 
 
 def _first(futures: list[Future], timeout: float) -> dict[str, Any] | None:
     """The first answer of `futures` within `timeout` seconds (failures skipped), or None."""
     try:
-        for future in as_completed(futures, timeout=timeout):
+        for future in as_completed(futures, timeout=max(0.0, timeout)):
             if future.exception() is None:
                 return future.result()
     except TimeoutError:
@@ -103,10 +124,16 @@ def rollback(c: Recoverable, why: str) -> None:
 def keep_final(c: Recoverable, readable: bool, timeout: float) -> None:
     """Keep the state the run stops with (before its peers go): if the peers hold a consistent
     one (`readable`: the lock held, no stage emptied since the last rollback), every stage's from
-    a peer that answers within `timeout`; else the last checkpoint, whole."""
-    states = committed_states(c, timeout) if readable else []
-    if len(states) == c.cfg.stages and all(states):
-        c.final, c.final_step = states, c.ledger.step
-    else:
-        kept = c.checkpoints.settle()
-        c.final, c.final_step = [stage_state(kept.shard(s)) for s in range(c.cfg.stages)], kept.step
+    a peer that answers within `timeout`; else the last checkpoint, whole, with a `final_state`
+    setting that says so and why (the run's steps then count to that checkpoint's)."""
+    why = "the run stopped while a step or a stage's peers were not settled"
+    if readable:
+        try:
+            c.final, c.final_step = committed_states(c, timeout), c.ledger.step
+            return
+        except StatesUnread as exc:
+            why = str(exc)
+    kept = c.checkpoints.settle()
+    c.final, c.final_step = [stage_state(kept.shard(s)) for s in range(c.cfg.stages)], kept.step
+    if kept.step != c.ledger.step:
+        c.emit(events.setting(c.clock(), name="final_state", value={"step": kept.step, "reason": why}))

@@ -122,7 +122,10 @@ class Run(RunHandle):
         checkpoint due (for a core that does not write its own) and serve snapshots."""
         core = self._core
         if evaluation_due(self.config, step):
-            self._eval(core)
+            try:
+                self._eval(core)
+            except TimeoutError as exc:  # a stage's peers did not answer (`StatesUnread`): nothing to evaluate
+                self.events.emit(events.setting(self.clock(), name="evaluation_skipped", value=str(exc)))
         if not core.consistent():
             return
         if self._held is not None:
@@ -130,7 +133,10 @@ class Run(RunHandle):
         with self._lock:
             pending, self._snapshots = self._snapshots, []
         for future in pending:
-            future.set_result(self._capture(core))
+            try:
+                future.set_result(self._capture(core))
+            except TimeoutError as exc:
+                future.set_exception(exc)
 
     def _capture(self, core: RunCore) -> Snapshot:
         cfg, states = core.committed()

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from labkit.config import ModelConfig, RunConfig, SyncConfig
+from labkit.runtime import recovery
 from labkit.runtime.boundary import Commit, step_boundary
 from labkit.runtime.coordinator import Coordinator
 from labkit.executors.swarm.core import SwarmCore
@@ -319,3 +320,44 @@ def test_the_boundary_learns_its_deadlines_from_its_answers_and_backs_off_when_o
     assert books.deadline("outer_reduce") == 60.0  # never seen: the ceiling
     c.deadlines.learn({}, {"commit_step"})
     assert c.books().deadline("commit_step") == 2 * BOUNDARY_FLOOR
+
+
+def _hold(peer) -> threading.Event:
+    """Keep `peer`'s one request thread busy until the returned event is set (a slow, not dead, peer)."""
+    release = threading.Event()
+    peer._thread.submit(release.wait, 30)
+    return release
+
+
+def test_a_state_read_asks_the_stages_other_peers_once_its_first_is_slow(monkeypatch) -> None:
+    monkeypatch.setattr(recovery, "HEDGE_S", 0.2)
+    c, peers, _ = _coordinator()
+    peers.made["s0p1"].state_["who"] = "s0p1"
+    release = _hold(peers.made["s0p0"])
+    try:
+        states = c.committed_states()
+    finally:
+        release.set()
+    assert states[0]["who"] == "s0p1" and states[1]["params"] == {"stage": 1}
+
+
+def test_a_run_whose_peers_do_not_answer_at_its_stop_keeps_its_checkpoint_whole_and_says_so(monkeypatch) -> None:
+    """Never a stage's checkpoint beside another's live state: the whole last checkpoint, a
+    `final_state` setting naming the stage and its peers, and the run's step counts to it."""
+    monkeypatch.setattr(recovery, "HEDGE_S", 0.1)
+    c, peers, log = _coordinator(CFG.replace(checkpoint_every=0))  # the start's is the last checkpoint
+    _play_step(c, peers, {0: ["s0p0", "s0p1"], 1: ["s1p0", "s1p1"]})
+    _boundary(c)
+    held = [_hold(peers.made[name]) for name in ("s1p0", "s1p1")]
+    try:
+        with pytest.raises(recovery.StatesUnread, match=r"no live peer of stage 1 \(s1p0, s1p1\) answered"):
+            recovery.committed_states(c, 0.5)
+        with c.lock:
+            recovery.keep_final(c, True, 0.5)
+    finally:
+        for release in held:
+            release.set()
+    assert c.ledger.step == 1 and c.final_step == 0
+    assert [s["params"] for s in c.final] == [{"stage": 0}, {"stage": 1}]  # step 0's, both stages
+    final, = [e["value"] for e in log.history("setting") if e["name"] == "final_state"]
+    assert final["step"] == 0 and "stage 1 (s1p0, s1p1)" in final["reason"]
