@@ -139,6 +139,10 @@ class RunHandle(ABC):
     _summary: dict[str, Any]
     _thread: threading.Thread
 
+    @abstractmethod
+    def clock(self) -> float:
+        """Seconds since the run started (the `t` of its events)."""
+
     def _start_thread(self, target: Callable[[], None], name: str) -> None:
         """Run the run's life (`target`) on its own thread; a process exit stops and waits for it."""
         self._thread = threading.Thread(target=target, name=name, daemon=True)

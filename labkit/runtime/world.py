@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from labkit import events
 from labkit.config import ConfigError, RunConfig
 from labkit.executors.registry import SPECS
 from labkit.kernels.fluid import pick_leaver
@@ -89,8 +90,8 @@ def replay_churn(run: RunHandle, s: SimScenario, stop: threading.Event | None = 
                     run.add_peer(None if s.joins_by_policy else min(int(u * s.stages), s.stages - 1))
             except RuntimeError:  # the run ended between the check and the verb
                 return
-            except ValueError:  # fixed wiring (the pipeline's lanes) takes a joiner only where a lane is empty: none is
-                continue
+            except ValueError as exc:  # fixed wiring (the pipeline's lanes) takes a joiner only where a lane is empty
+                run.events.emit(events.setting(run.clock(), name="churn_refused", value=str(exc)))
 
     thread = threading.Thread(target=loop, name="labkit-churn", daemon=True)
     thread.start()

@@ -70,3 +70,16 @@ def check_pipeline_world(run: labkit.RunHandle, cfg: RunConfig, start_seconds: f
         else:
             assert h["link_seconds"] >= rtt_ms / 2e3 + handed * scale * 8 / (mbps * 1e6) - 1e-9, h
     assert_equals_reference(run, cfg)
+
+
+def test_a_churn_join_with_no_empty_lane_is_refused_aloud_and_the_run_goes_on(tmp_path: Path) -> None:
+    """The world's trace adds a peer at 0.1 s, when both lanes are whole: the pipeline's fixed
+    wiring refuses it, the replay says so in a `churn_refused` setting, and the run finishes."""
+    cfg = pipeline_world(tmp_path).replace(steps=2)
+    path = Path(cfg.world)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "trace": [[0.1, 1]]}))
+    run = labkit.launch(cfg)
+    refused = run.wait_for(event={"type": "setting", "name": "churn_refused"}, timeout=120)
+    assert "lane" in refused["value"], refused
+    assert run.wait(300)["status"] == "finished"
+    assert sorted(p["peer"] for s in run.state()["stages"] for p in s["peers"]) == ["s0p0", "s0p1", "s1p0", "s1p1"]
