@@ -95,8 +95,18 @@ def check_rollback(run: labkit.RunHandle, cfg: RunConfig, timeout: float, *, kil
     model, losses = train_reference(cfg, WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed))
     off = {step: (loss, losses[step - 1]) for step, loss in first.items()
            if abs(loss - losses[step - 1]) > 1e-10 * abs(loss)}
-    assert not off, f"steps whose loss differs from single-process training's (run, reference): {off}"
+    assert not off, f"steps whose loss differs from single-process training's (run, reference): {off}\n" + story(run)
     got = assemble([s["params"] for s in run.snapshot().result().stages])
     worst = {k: float((got[k] - v).abs().max()) for k, v in model.state_dict().items()}
-    assert max(worst.values()) <= 1e-10, f"max |rolled-back run - reference| by tensor: {worst}"
+    assert max(worst.values()) <= 1e-10, f"max |rolled-back run - reference| by tensor: {worst}\n{story(run)}"
     return rollback
+
+
+def story(run: labkit.RunHandle) -> str:
+    """The run's membership, settings and steps, one line each: what a failure message needs."""
+    lines = []
+    for e in run.events.history():
+        if e["type"] in ("run", "setting", "peer", "step", "trainer") and e.get("state") not in ("alive",):
+            what = {k: v for k, v in e.items() if k not in ("type", "t", "boundary", "stage_samples")}
+            lines.append(f"{e['t']:8.3f} {e['type']:8s} {what}")
+    return "\n".join(lines)
