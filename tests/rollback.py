@@ -24,6 +24,12 @@ def rollback_config(small_run: RunConfig) -> RunConfig:
                              steps=8, checkpoint_every=2, eval_every=0)
 
 
+def start_checkpoint_config(small_run: RunConfig) -> RunConfig:
+    """`rollback_config` whose first periodic checkpoint (step 6) comes long after a kill at step 1:
+    the run goes back to its start, whose checkpoint holds no optimizer state."""
+    return rollback_config(small_run).replace(checkpoint_every=6)
+
+
 def slow_shard_writes(step: int = 4, seconds: float = SLOW_WRITE, dask_worker: Any = None) -> None:
     """In this process (a Dask worker too: `client.run`), each peer's first write of a shard of the
     checkpoint of `step` waits `seconds` first (a write of it again, after a rollback, does not),
@@ -63,14 +69,14 @@ def check_kill_during_a_checkpoint(run: labkit.RunHandle, cfg: RunConfig, run_di
     return check_rollback(run, cfg, timeout, killed=True, to=2, never_kept=4)
 
 
-def check_rollback(run: labkit.RunHandle, cfg: RunConfig, timeout: float, *, killed: bool = False,
-                   to: int | None = None, never_kept: int | None = None) -> dict[str, Any]:
-    """Kill stage 1's only peer after step 5 (unless `killed` already), add one back, and check
+def check_rollback(run: labkit.RunHandle, cfg: RunConfig, timeout: float, *, kill_after: int = 5,
+                   killed: bool = False, to: int | None = None, never_kept: int | None = None) -> dict[str, Any]:
+    """Kill stage 1's only peer after step `kill_after` (unless `killed` already), add one back, and check
     the rolled-back run: it went back to step `to` (if given), no checkpoint of step `never_kept`
     completed before the rollback, its final parameters equal single-process training's, and every step it took again
     repeats the loss it had the first time. Returns the rollback's {"from", "to", "reason"}."""
     if not killed:
-        run.wait_for(step=5, timeout=timeout)
+        run.wait_for(step=kill_after, timeout=timeout)
         run.kill_peer("s1p0")
     paused = run.wait_for(event={"type": "run", "state": "paused"}, timeout=timeout)
     assert "add_peer(1) resumes the run from its checkpoint of step" in paused["reason"], paused
@@ -80,7 +86,7 @@ def check_rollback(run: labkit.RunHandle, cfg: RunConfig, timeout: float, *, kil
     final = [e["value"] for e in run.events.history("setting") if e["name"] == "final_state"]
     assert summary["steps"] == cfg.steps and not final, (summary["steps"], final)  # the peers' state, not a checkpoint's
     rollback, = [e["value"] for e in run.events.history("setting") if e["name"] == "rollback"]
-    assert rollback["to"] % cfg.checkpoint_every == 0 and 2 <= rollback["to"] < rollback["from"], rollback
+    assert rollback["to"] % cfg.checkpoint_every == 0 and 0 <= rollback["to"] < rollback["from"], rollback
     assert to is None or rollback["to"] == to, rollback
     settings = [(e["name"], e["value"]) for e in run.events.history("setting")]
     kept = [value for name, value in settings[:settings.index(("rollback", rollback))] if name == "checkpoint"]

@@ -10,6 +10,7 @@ queue, its stash and its accumulated gradients, as a crash would.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -264,7 +265,7 @@ class StagePeer(StepTaking, RequestQueue):
             self._pending.result()
         params = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
         names = [n for n, _ in self.module.named_parameters()]
-        state = {"params": params, "optimizer": _clone(self.optimizer.state_dict()), "param_names": names}
+        state = {"params": params, "optimizer": copy.deepcopy(self.optimizer.state_dict()), "param_names": names}
         if self.shadow is not None:
             state["compute"] = params
             state["params"] = {**params, **{n: s.detach().clone() for n, s in zip(names, self.shadow)}}
@@ -275,26 +276,22 @@ class StagePeer(StepTaking, RequestQueue):
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Adopt a neighbour's parameters and optimizer state."""
+        """Adopt a neighbour's (or a checkpoint's) parameters and optimizer state; a state without
+        optimizer state (the run's first checkpoint: no step taken) gets a fresh optimizer."""
+        if self._pending is not None:  # a background update would write over what is loaded
+            self._pending.result()
+            self._pending = None
         self.module.load_state_dict(state.get("compute", state["params"]))
         if self.shadow is not None:
             named = dict(self.module.named_parameters())
             with torch.no_grad():
                 for (n, _), s in zip(named.items(), self.shadow):
                     s.copy_(state["params"][n])
+        self.optimizer = make_optimizer(self.shadow or self.params, self.cfg)
         if state.get("optimizer") is not None:
-            self.optimizer.load_state_dict(_clone(state["optimizer"]))
+            self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
         if state.get("outer") is not None:  # a DiLoCo joiner adopts the global parameters and outer state
             self.outer = OuterState(self.params, state["sync"])
-            self.outer.load(_clone(state["outer"]))
+            self.outer.load(copy.deepcopy(state["outer"]))
             self.module.load_state_dict(state["global_params"])
 
-
-def _clone(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, dict):
-        return {k: _clone(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_clone(v) for v in obj]
-    return obj

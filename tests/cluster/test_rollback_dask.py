@@ -12,7 +12,7 @@ from distributed import Client
 import labkit
 from labkit.config import RunConfig
 from tests.rollback import check_kill_during_a_checkpoint, check_rollback, rollback_config, slow_shard_writes, \
-    unslow_shard_writes
+    start_checkpoint_config, unslow_shard_writes
 
 
 def test_a_stage_losing_every_peer_rolls_the_run_back_exactly_on_dask(cluster, small_run: RunConfig,
@@ -20,6 +20,13 @@ def test_a_stage_losing_every_peer_rolls_the_run_back_exactly_on_dask(cluster, s
     cfg = rollback_config(small_run)
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
     check_rollback(run, cfg, timeout=240)
+
+
+def test_a_stage_emptied_before_the_first_periodic_checkpoint_rolls_back_to_the_start_exactly_on_dask(
+        cluster, small_run: RunConfig, tmp_path: Path) -> None:
+    cfg = start_checkpoint_config(small_run)
+    run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
+    check_rollback(run, cfg, timeout=240, kill_after=1, to=0)
 
 
 def test_a_peer_worker_killed_while_writing_its_shard_leaves_the_last_checkpoint_whole(
