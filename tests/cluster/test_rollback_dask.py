@@ -11,13 +11,13 @@ from distributed import Client
 
 import labkit
 from labkit.config import RunConfig
-from tests.rollback import check_kill_during_a_checkpoint, check_rollback, rollback_config, slow_shard_writes, \
-    start_checkpoint_config, unslow_shard_writes
+from tests.rollback import check_kill_during_a_checkpoint, check_rollback, replay_config, rollback_config, \
+    slow_shard_writes, start_checkpoint_config, unslow_shard_writes
 
 
 def test_a_stage_losing_every_peer_rolls_the_run_back_exactly_on_dask(cluster, small_run: RunConfig,
                                                                        tmp_path: Path) -> None:
-    cfg = rollback_config(small_run)
+    cfg = replay_config(small_run)
     run = labkit.launch(cfg, backend="dask", scheduler=cluster.scheduler_address, run_dir=tmp_path)
     check_rollback(run, cfg, timeout=240)
 

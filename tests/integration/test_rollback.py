@@ -7,12 +7,12 @@ from pathlib import Path
 
 import labkit
 from labkit.config import RunConfig
-from tests.rollback import check_kill_during_a_checkpoint, check_rollback, rollback_config, slow_shard_writes, \
-    start_checkpoint_config, unslow_shard_writes
+from tests.rollback import check_kill_during_a_checkpoint, check_rollback, replay_config, rollback_config, \
+    slow_shard_writes, start_checkpoint_config, unslow_shard_writes
 
 
 def test_a_stage_losing_every_peer_rolls_the_run_back_exactly(small_run: RunConfig) -> None:
-    cfg = rollback_config(small_run)
+    cfg = replay_config(small_run)
     check_rollback(labkit.launch(cfg), cfg, timeout=120)
 
 
