@@ -221,10 +221,14 @@ class StagePeer(StepTaking, RequestQueue):
         for p in params:
             p.grad = None
 
-    def _adopt_shadow(self) -> None:
+    def _finish_update(self) -> None:
+        """Wait for the background update in flight (delayed updates), if there is one."""
         if self._pending is not None:
             self._pending.result()
             self._pending = None
+
+    def _adopt_shadow(self) -> None:
+        self._finish_update()
         with torch.no_grad():
             for p, s in zip(self.params, self.shadow):
                 p.copy_(s)
@@ -261,8 +265,7 @@ class StagePeer(StepTaking, RequestQueue):
 
         "params" are the newest parameters; with delayed updates "compute" holds the ones the
         current batch runs on (one update behind)."""
-        if self._pending is not None:  # a background update must finish before its state is copied
-            self._pending.result()
+        self._finish_update()  # a background update must finish before its state is copied
         params = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
         names = [n for n, _ in self.module.named_parameters()]
         state = {"params": params, "optimizer": copy.deepcopy(self.optimizer.state_dict()), "param_names": names}
@@ -278,9 +281,7 @@ class StagePeer(StepTaking, RequestQueue):
     def load_state(self, state: dict[str, Any]) -> None:
         """Adopt a neighbour's (or a checkpoint's) parameters and optimizer state; a state without
         optimizer state (the run's first checkpoint: no step taken) gets a fresh optimizer."""
-        if self._pending is not None:  # a background update would write over what is loaded
-            self._pending.result()
-            self._pending = None
+        self._finish_update()  # a background update would write over what is loaded
         self.module.load_state_dict(state.get("compute", state["params"]))
         if self.shadow is not None:
             named = dict(self.module.named_parameters())
