@@ -1,16 +1,26 @@
-"""What the Dask tests share: exact accounting, and waiting for a killed worker's restart."""
+"""What the Dask tests share: exact accounting, and a cluster left whole after each test."""
 
 from __future__ import annotations
 
+import faulthandler
+import os
+import signal
+import tempfile
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
-from distributed import Client, LocalCluster
+import pytest
+from distributed import Client, LocalCluster, WorkerPlugin, wait
 
 import labkit
 from labkit.backends.dask.connect import restarting_cluster
 from labkit.config import RunConfig
 
 WORKERS = 8  # the shared cluster's size
+ANSWER_S = 30.0  # seconds a worker has to run a trivial task once a test is over
+RELEASE_S = 30.0  # seconds the workers have to let go of the actors of the runs a test ended
+STACKS = Path(tempfile.gettempdir()) / "labkit-test-worker-stacks"  # one file per worker process
 
 
 def assert_exact_accounting(run: labkit.RunHandle, cfg: RunConfig) -> None:
@@ -20,17 +30,77 @@ def assert_exact_accounting(run: labkit.RunHandle, cfg: RunConfig) -> None:
     assert all(s["stage_samples"] == [cfg.global_batch] * cfg.stages for s in steps)
 
 
-def wait_for_restart(cluster: LocalCluster) -> None:
-    """After a SIGKILL the nanny restarts the worker under a new address: wait for it, so that the
-    next run of the shared cluster does not place an actor on the dead one."""
+class DumpStacksOnSignal(WorkerPlugin):
+    """On each worker (a restarted one too): SIGUSR1 writes every thread's stack to a file of its
+    own (faulthandler writes from the signal handler, so a worker whose event loop is blocked
+    answers too)."""
+
+    name = "labkit-dump-stacks"
+
+    def setup(self, worker) -> None:
+        STACKS.mkdir(exist_ok=True)
+        self.file = open(STACKS / f"{os.getpid()}.txt", "w")  # kept open: faulthandler writes to its fd
+        faulthandler.register(signal.SIGUSR1, file=self.file, all_threads=True)
+
+
+def ensure_whole(cluster: LocalCluster) -> None:
+    """After a test: wait for the nanny's restart of every killed worker (under a new address, so
+    that the next run does not place an actor on the dead one); then every worker must run a
+    trivial task within `ANSWER_S` and hold no actor after `RELEASE_S`. A worker that does not
+    fails the test that left it so, with its threads' stacks, and the workers are restarted: the
+    tests after it start on a whole cluster instead of timing out one by one."""
     with Client(cluster.scheduler_address) as client:
         client.wait_for_workers(WORKERS, timeout=120)
+        pids = {n.worker_address: n.process.process.pid for n in cluster.workers.values()
+                if n.process is not None and n.process.process is not None}
+        pings = {w: client.submit(os.getpid, workers=[w], allow_other_workers=False, pure=False) for w in pids}
+        try:
+            wait(list(pings.values()), timeout=ANSWER_S)
+        except TimeoutError:  # some did not answer: named below
+            pass
+        stuck = sorted(w for w, f in pings.items() if not f.done())
+        held = _actors_held(client, RELEASE_S)
+        if not stuck and not held:
+            return
+        stacks = _stacks([pids[w] for w in stuck or held])
+        client.restart(timeout=120)
+        client.wait_for_workers(WORKERS, timeout=120)
+    pytest.fail(f"after this test, workers {stuck} ran no task within {ANSWER_S:.0f} s and workers {held} still held "
+                f"actors after {RELEASE_S:.0f} s; the cluster was restarted. Their threads:\n{stacks}")
+
+
+def _actors_held(client: Client, within: float) -> dict[str, int]:
+    """Workers still holding actors `within` seconds from now: address -> how many."""
+    deadline = time.monotonic() + within
+    while True:
+        held = client.run_on_scheduler(_actors_per_worker)
+        if not held or time.monotonic() > deadline:
+            return held
+        time.sleep(0.2)
+
+
+def _actors_per_worker(dask_scheduler=None) -> dict[str, int]:
+    return {ws.address: len(ws.actors) for ws in dask_scheduler.workers.values() if ws.actors}
+
+
+def _stacks(pids: list[int]) -> str:
+    """Every thread's stack in each of `pids` (SIGUSR1 to `DumpStacksOnSignal`)."""
+    for pid in pids:
+        os.kill(pid, signal.SIGUSR1)
+    time.sleep(1.0)
+    dumps = []
+    for pid in pids:
+        path = STACKS / f"{pid}.txt"
+        dumps.append(f"--- worker pid {pid}\n" + (path.read_text()[:40_000] if path.exists() else "(no dump)"))
+    return "\n".join(dumps)
 
 
 def local_cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[LocalCluster]:
     """A LocalCluster of `WORKERS` processes on loopback whose workers (restarted ones too) the
     process reaper leaves alone; closed when the generator ends."""
     with restarting_cluster(WORKERS, dashboard_address=None) as lc:
+        with Client(lc.scheduler_address) as client:
+            client.register_plugin(DumpStacksOnSignal())
         kept_processes.append(lambda: {n.process.process.pid for n in lc.workers.values()
                                        if n.process is not None and n.process.process is not None})
         yield lc
