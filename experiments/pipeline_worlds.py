@@ -29,7 +29,7 @@ import labkit
 from experiments._runs import parse_with_out, print_table
 from labkit.config import RunConfig
 from labkit.executors.pipeline.config import PipelineConfig
-from labkit.executors.pipeline.schedule import deal, stage_order
+from labkit.pipeline.schedule import deal, stage_order
 from labkit.lab.worlds import boundary_gaps, codec_compression
 from labkit.runtime.links import load_links, peer_device, peer_region
 from labkit.runtime.pacing import device_table, payload_scale

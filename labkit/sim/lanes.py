@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from labkit.pipeline.schedule import BACKWARD, FORWARD, LAST
 from labkit.sim.pipelines import run_orders
-
-FORWARD, BACKWARD, LAST = "forward", "backward", "last"  # the executor's request kinds
 
 
 def lane_seconds(orders: Sequence[Sequence[tuple[str, int]]], seconds: Mapping[str, Sequence[float]],

@@ -26,7 +26,7 @@ from labkit.data import WindowSampler, load_corpus
 from labkit.executors.pipeline.config import PipelineConfig
 from labkit.executors.pipeline.peers import LocalStage, LocalStages
 from labkit.executors.pipeline.run import launch as launch_pipeline
-from labkit.executors.pipeline.schedule import deal, stage_order
+from labkit.pipeline.schedule import deal, stage_order
 from labkit.executors.registry import SPECS
 from labkit.model import assemble
 from labkit.runtime.reference import reference_model, train_reference

@@ -23,7 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "labkit"
 MAX_LINES = 300
-PURE_PACKAGES = ("labkit.swarm", "labkit.taskpool", "labkit.kernels", "labkit.plan", "labkit.sim")
+PURE_PACKAGES = ("labkit.swarm", "labkit.taskpool", "labkit.pipeline", "labkit.kernels", "labkit.plan", "labkit.sim")
 HEAVY_PACKAGES = ("labkit.runtime", "labkit.backends")
 FRONTEND_PACKAGES = ("labkit.lab", "labkit.cli")
 
@@ -346,7 +346,7 @@ def test_torch_probe_names_direct_and_indirect_importers(tmp_path: Path) -> None
 
 
 def test_pure_layers_import_no_torch() -> None:
-    """Importing any module of the swarm, taskpool, kernels, plan and sim packages loads no torch."""
+    """Importing any module of the swarm, taskpool, pipeline, kernels, plan and sim packages loads no torch."""
     names = [name for name in discover_modules(REPO, PACKAGE) if _within(name, PURE_PACKAGES)]
     assert names, f"no modules found in {PURE_PACKAGES}"
     _fail_if(torch_importers(REPO, PACKAGE, names),
@@ -354,7 +354,7 @@ def test_pure_layers_import_no_torch() -> None:
 
 
 def test_pure_layers_do_not_import_runtime_or_backends() -> None:
-    """No module of swarm, taskpool, kernels, plan or sim imports labkit.runtime or labkit.backends."""
+    """No module of swarm, taskpool, pipeline, kernels, plan or sim imports labkit.runtime or labkit.backends."""
     graph = _labkit_graph()
     _fail_if([str(edge) for module, edges in graph.items() if _within(module, PURE_PACKAGES)
               for edge in edges if _within(edge.target, HEAVY_PACKAGES)],

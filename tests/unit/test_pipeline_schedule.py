@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.executors.pipeline.schedule import BACKWARD, FORWARD, LAST, bubble, deal, stage_order
+from labkit.pipeline.schedule import BACKWARD, FORWARD, LAST, bubble, deal, stage_order
 
 
 def test_microbatches_are_dealt_to_the_lanes_round_robin() -> None:

@@ -23,7 +23,7 @@ from labkit.data import WindowSampler
 from labkit.executors.pipeline.lanes import Attempt, Broken, Outcome
 from labkit.executors.pipeline.links import StageLinks, lane_place
 from labkit.executors.pipeline.peers import Peer, StageHost, kept
-from labkit.executors.pipeline.schedule import BACKWARD, bubble
+from labkit.pipeline.schedule import BACKWARD, bubble
 from labkit.model.partition import stage_bounds
 from labkit.runtime.core import fail_core, live_worker
 from labkit.runtime.peer import PeerDied

@@ -19,7 +19,7 @@ import torch
 
 from labkit.executors.pipeline.links import StageLinks
 from labkit.executors.pipeline.peers import StagePort
-from labkit.executors.pipeline.schedule import BACKWARD, FORWARD, deal, stage_order
+from labkit.pipeline.schedule import BACKWARD, FORWARD, deal, stage_order
 from labkit.runtime.peer import PeerDied
 from labkit.swarm.ledger import AttemptKey
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.executors.pipeline.schedule import stage_order
+from labkit.pipeline.schedule import stage_order
 from labkit.sim.lanes import lane_seconds
 
 SECONDS = {"forward": [1.0, 0.0], "backward": [2.0, 0.0], "last": [0.0, 3.0]}
