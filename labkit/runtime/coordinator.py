@@ -22,7 +22,7 @@ from labkit.model.partition import stage_bounds
 from labkit.runtime.boundary import Books, Commit, step_boundary
 from labkit.runtime.membership import Membership
 from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
-from labkit.runtime.recovery import committed_states, keep_final, rollback
+from labkit.runtime.recovery import committed_states, keep_final, rollback, unreadable_at_stop
 from labkit.runtime.shards import Checkpoints
 from labkit.runtime.verdicts import settle
 from labkit.swarm.deadline import BOUNDARY_FLOOR, Deadlines
@@ -123,7 +123,7 @@ class Coordinator:
         try:
             if held and self.paused and not late:  # a stage lost its state: the run is back at its last checkpoint
                 self.rollback(f"the run stopped while stages {sorted(self.paused)} had no peer")
-            keep_final(self, held and (not self.paused or not late), 2 * STOP_GRACE if late else wait)
+            keep_final(self, unreadable_at_stop(held, wait, self.paused if late else set()), 2 * STOP_GRACE if late else wait)
         finally:
             self.closed = True  # the directory is empty from now on: trainers stop retrying
             if held:

@@ -121,13 +121,22 @@ def rollback(c: Recoverable, why: str) -> None:
     c.cond.notify_all()
 
 
-def keep_final(c: Recoverable, readable: bool, timeout: float) -> None:
+def unreadable_at_stop(held: bool, waited: float, empty: set[int]) -> str | None:
+    """Why a stopping run cannot read its peers' state (None if it can): the lock was not `held`
+    after `waited` seconds (a step boundary under way), or stages `empty` have no peer."""
+    if not held:
+        return f"a step boundary held the run's lock for the {waited:.1f} s the stop waited"
+    return f"stages {sorted(empty)} had no peer" if empty else None
+
+
+def keep_final(c: Recoverable, unreadable: str | None, timeout: float) -> None:
     """Keep the state the run stops with (before its peers go): if the peers hold a consistent
-    one (`readable`: the lock held, no stage emptied since the last rollback), every stage's from
-    a peer that answers within `timeout`; else the last checkpoint, whole, with a `final_state`
-    setting that says so and why (the run's steps then count to that checkpoint's)."""
-    why = "the run stopped while a step or a stage's peers were not settled"
-    if readable:
+    one (`unreadable` is None: the caller holds the lock and no stage is empty), every stage's
+    from a peer that answers within `timeout`; else the last checkpoint, whole, with a
+    `final_state` setting that says so and why (`unreadable`, or the stage whose peers did not
+    answer; the run's steps then count to that checkpoint's)."""
+    why = unreadable
+    if why is None:
         try:
             c.final, c.final_step = committed_states(c, timeout), c.ledger.step
             return

@@ -353,7 +353,7 @@ def test_a_run_whose_peers_do_not_answer_at_its_stop_keeps_its_checkpoint_whole_
         with pytest.raises(recovery.StatesUnread, match=r"no live peer of stage 1 \(s1p0, s1p1\) answered"):
             recovery.committed_states(c, 0.5)
         with c.lock:
-            recovery.keep_final(c, True, 0.5)
+            recovery.keep_final(c, None, 0.5)
     finally:
         for release in held:
             release.set()
@@ -361,3 +361,11 @@ def test_a_run_whose_peers_do_not_answer_at_its_stop_keeps_its_checkpoint_whole_
     assert [s["params"] for s in c.final] == [{"stage": 0}, {"stage": 1}]  # step 0's, both stages
     final, = [e["value"] for e in log.history("setting") if e["name"] == "final_state"]
     assert final["step"] == 0 and "stage 1 (s1p0, s1p1)" in final["reason"]
+
+
+def test_a_stop_that_cannot_read_its_peers_says_why() -> None:
+    """The `final_state` reason names what kept the stop from the peers' state: the lock a step
+    boundary held, or the stages left without a peer; nothing when it can read them."""
+    assert recovery.unreadable_at_stop(True, 5.0, set()) is None
+    assert recovery.unreadable_at_stop(False, 2.5, {1}) == "a step boundary held the run's lock for the 2.5 s the stop waited"
+    assert recovery.unreadable_at_stop(True, 2.5, {1, 0}) == "stages [0, 1] had no peer"
