@@ -13,9 +13,7 @@ import pytest
 from labkit.config import DataConfig, ModelConfig, RunConfig
 from labkit.runtime import launch as launching
 from labkit.runtime.handle import RunHandle
-from tests.processes import reap
-
-REAP_SECONDS = 60  # how long a leaked run may take to stop before its processes are killed
+from tests.processes import reap, stop_runs
 
 
 @pytest.fixture
@@ -49,11 +47,7 @@ def reap_runs(monkeypatch: pytest.MonkeyPatch, kept_processes: list[Callable[[],
     me = psutil.Process(os.getpid())
     before = {p.pid for p in _started(me)}
     yield launched
-    for run in launched:
-        if not run.done:
-            run.stop()
-    for run in launched:
-        run.wait(REAP_SECONDS)
+    stop_runs(launched)
     kept = set().union(*(pids() for pids in kept_processes))
     reap([p for p in _started(me) if p.pid not in before | kept])
 

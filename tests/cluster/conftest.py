@@ -7,7 +7,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from distributed import LocalCluster
 
-from tests.cluster.helpers import local_cluster, ensure_whole
+from labkit import RunHandle
+from tests.cluster.helpers import ensure_whole, local_cluster
+from tests.processes import stop_runs
 
 
 @pytest.fixture(scope="session")
@@ -21,18 +23,21 @@ def _module_cluster(kept_processes: list[Callable[[], set[int]]]) -> Iterator[Lo
 
 
 @pytest.fixture
-def cluster(_shared_cluster: LocalCluster) -> Iterator[LocalCluster]:
+def cluster(_shared_cluster: LocalCluster, reap_runs: list[RunHandle]) -> Iterator[LocalCluster]:
     """8 worker processes on loopback, shared by the Dask tests (each run releases its actors
     when it ends; a SIGKILLed worker is restarted by its nanny, and not reaped after the test).
-    After each test, passed or failed, the next waits for every killed worker's restart, and a
-    test that leaves a worker hung or holding actors fails with its stacks (`ensure_whole`)."""
+    After each test, passed or failed, its runs are stopped, the next waits for every killed
+    worker's restart, and a test that leaves a worker hung or holding actors fails with its
+    stacks (`ensure_whole`)."""
     yield _shared_cluster
+    stop_runs(reap_runs)  # before the check: this teardown comes before reap_runs' own
     ensure_whole(_shared_cluster)
 
 
 @pytest.fixture
-def own_cluster(_module_cluster: LocalCluster) -> Iterator[LocalCluster]:
+def own_cluster(_module_cluster: LocalCluster, reap_runs: list[RunHandle]) -> Iterator[LocalCluster]:
     """A cluster for one module's tests only (its SIGKILLs and SIGSTOPs leave the shared one
-    whole), restarted whole after each test as `cluster` is."""
+    whole), checked whole after each test as `cluster` is."""
     yield _module_cluster
+    stop_runs(reap_runs)
     ensure_whole(_module_cluster)

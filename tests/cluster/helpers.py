@@ -51,14 +51,14 @@ def ensure_whole(cluster: LocalCluster) -> None:
     tests after it start on a whole cluster instead of timing out one by one."""
     with Client(cluster.scheduler_address) as client:
         client.wait_for_workers(WORKERS, timeout=120)
-        pids = {n.worker_address: n.process.process.pid for n in cluster.workers.values()
-                if n.process is not None and n.process.process is not None}
+        pids = client.run_on_scheduler(_worker_pids)
         pings = {w: client.submit(os.getpid, workers=[w], allow_other_workers=False, pure=False) for w in pids}
         try:
             wait(list(pings.values()), timeout=ANSWER_S)
         except TimeoutError:  # some did not answer: named below
             pass
-        stuck = sorted(w for w, f in pings.items() if not f.done())
+        now = client.run_on_scheduler(_worker_pids)  # a worker killed by the test may have been removed meanwhile
+        stuck = sorted(w for w, f in pings.items() if not f.done() and now.get(w) == pids[w])
         held = _actors_held(client, RELEASE_S)
         if not stuck and not held:
             return
@@ -79,6 +79,10 @@ def _actors_held(client: Client, within: float) -> dict[str, int]:
         time.sleep(0.2)
 
 
+def _worker_pids(dask_scheduler=None) -> dict[str, int]:
+    return {ws.address: ws.pid for ws in dask_scheduler.workers.values()}
+
+
 def _actors_per_worker(dask_scheduler=None) -> dict[str, int]:
     return {ws.address: len(ws.actors) for ws in dask_scheduler.workers.values() if ws.actors}
 
@@ -86,7 +90,10 @@ def _actors_per_worker(dask_scheduler=None) -> dict[str, int]:
 def _stacks(pids: list[int]) -> str:
     """Every thread's stack in each of `pids` (SIGUSR1 to `DumpStacksOnSignal`)."""
     for pid in pids:
-        os.kill(pid, signal.SIGUSR1)
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except ProcessLookupError:  # it died meanwhile: its dump says "(no dump)" or is an older one
+            pass
     time.sleep(1.0)
     dumps = []
     for pid in pids:

@@ -51,6 +51,8 @@ def test_the_panel_launches_and_steers_a_dask_run(cluster, small_run: RunConfig)
         run.wait_for(event={"type": "load", "peer": new}, timeout=TIMEOUT)  # published from the coordinator's worker
         marked = {"kill s1p1", "move s0p1", "codec fp16"}  # the view folds events on its own thread, a beat later
         wait_until(lambda: marked <= {m["what"] for m in lab.view.rows.datasets()["marks"]}, 30, "the view's marks")
+        run.wait_for(step=2, timeout=TIMEOUT)  # throughput needs two steps (a loaded machine may not have had them)
+        wait_until(lambda: lab.view.rows.datasets()["throughput"], 30, "the view's throughput")
         data = lab.view.rows.datasets()
         assert {r["peer"] for r in data["loads"]} >= {"s0p0", "s1p0"}
         assert data["routing"] and data["timeline"] and data["throughput"] and data["traffic"]
