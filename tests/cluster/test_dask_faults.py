@@ -26,9 +26,11 @@ from distributed import Client
 
 import labkit
 from labkit import AtomConfig, ModelConfig, RunConfig, TaskPoolConfig
+from labkit.backends.dask import actor_fleet
 from labkit.backends.dask.actor_fleet import WORKER_CHECK
 from labkit.backends.dask.dht import ANNOUNCE_PERIOD, StageDirectory
 from labkit.backends.dask.liveness import SUSPECT_AFTER
+from labkit.backends.dask.workers import cluster_workers
 from labkit.swarm.deadline import BOUNDARY_FLOOR
 from labkit.data import WindowSampler, load_corpus
 from labkit.model import assemble
@@ -133,6 +135,30 @@ def test_a_hung_peer_worker_is_evicted_within_its_bound_and_survived_exactly(own
     bans = [e for e in run.events.history("peer") if e["peer"] == "s0p1" and e["state"] == "banned"]
     print(f"hung peer: evicted {evicted:.2f} s after SIGSTOP ({event['reason']}); {len(bans)} bans before; "
           f"longest step gap {_longest_stall(run):.1f} s")
+
+
+def test_a_worker_hung_before_the_launch_is_left_out_and_the_run_trains_on_the_others(
+        own_cluster, small_run: RunConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker SIGSTOPped before the run starts never answers the DHT join: the run leaves it
+    out after `JOIN_TIMEOUT` with a `worker_unused` event naming it, places nothing on it and
+    trains (a launch once waited on such a worker forever, in "starting")."""
+    monkeypatch.setattr(actor_fleet, "JOIN_TIMEOUT", 5.0)
+    with Client(own_cluster.scheduler_address) as client:
+        worker = sorted(cluster_workers(client))[0]
+        pid = client.run(os.getpid, workers=[worker])[worker]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        run = labkit.launch(small_run.replace(stages=2, peers=1, steps=3), backend="dask",
+                            scheduler=own_cluster.scheduler_address)
+        run.wait_for(step=1, timeout=120)
+        placed = {p["worker"] for s in run.state()["stages"] for p in s["peers"]}
+        summary = run.wait(120)
+    finally:
+        os.kill(pid, signal.SIGKILL)  # its nanny starts a fresh worker
+    assert summary["status"] == "finished", summary
+    unused = [e["value"] for e in run.events.history("setting") if e["name"] == "worker_unused"]
+    assert unused == [f"{worker}: it did not import torch and labkit within 5 s (hung)"], unused
+    assert worker not in placed, placed
 
 
 def test_a_hung_trainer_worker_is_replaced_within_its_bound_and_survived_exactly(own_cluster, small_run: RunConfig,

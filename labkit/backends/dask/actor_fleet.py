@@ -18,97 +18,26 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
+from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
 from typing import Any
 
-from distributed.actor import Actor
-
+from labkit.backends.dask.actor_handle import ActorHandle
 from labkit.backends.dask.connect import connect
 from labkit.backends.dask.dht import DhtNode, host_toward, join, release
 from labkit.backends.dask.liveness import Probes, WorkerBeats, hung_suspects, worker_answer
 from labkit.backends.dask.placement import peer_worker, trainer_workers
-from labkit.backends.dask.remote import START_TIMEOUT
 from labkit.backends.dask.workers import cluster_workers
 from labkit.config import RunConfig
 from labkit.runtime.background import in_background
 
 WORKER_CHECK = 0.5  # seconds between asking the scheduler which workers are still there
 RELEASE_TIMEOUT = 10.0  # seconds the end of a run waits for the workers to release its DHT nodes (a hung one never does)
+JOIN_TIMEOUT = 60.0  # seconds a worker has to answer `run_on_workers` (a DHT node's start may take 30 s)
 
 
 class NoFreeWorker(RuntimeError):
     """The cluster has no worker left for a new actor."""
-
-
-def wire_broke(exc: BaseException) -> bool:
-    """Whether `exc` says the actor's worker cannot be reached (not an error the actor raised): a comm
-    error (CommClosedError is an OSError) or distributed's RuntimeError for an actor whose worker was lost."""
-    return isinstance(exc, OSError) or (type(exc) is RuntimeError and "Worker holding Actor was lost" in str(exc))
-
-
-class ActorHandle:
-    """The actor `key` on `worker`, started by `owner` (a Dask future the handle holds while the
-    actor lives; the first use waits for the start). `call` raises `lost` (the executor's
-    exception class) once the worker is gone."""
-
-    def __init__(self, name: str, worker: str, key: str, lost: type[Exception]) -> None:
-        self.name, self.worker, self.key, self._lost = name, worker, key, lost
-        self.owner: Any = None
-        self._actor: Actor | None = None
-        self.gone = threading.Event()  # its worker left the cluster
-        self.reason = ""  # why it is gone
-        self.stopped = threading.Event()  # an interruptible call waiting on it stops waiting (raises `lost`)
-
-    @property
-    def actor(self) -> Actor:
-        """The actor, once started (raises what stopped it from starting)."""
-        if self._actor is None:
-            self._actor = self.owner.result(START_TIMEOUT)
-        return self._actor
-
-    def lose(self, reason: str) -> None:
-        """Its worker is gone (`reason`): every call waiting on it fails now, and every later one."""
-        self.reason = reason
-        self.gone.set()
-
-    def call(self, method: str, *args: Any, interruptible: bool = False, timeout: float | None = None) -> Any:
-        """`method(*args)` on the actor. A broken wire (the worker died, perhaps before the
-        scheduler noticed) raises `lost`, and so do `stopped` for an interruptible call and no
-        answer within `timeout` seconds; an error the actor raised is raised here."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if self.gone.is_set():
-            raise self._lost(f"{self.name}: {self.reason}")
-        try:
-            future = getattr(self.actor, method)(*args)
-            while not future.done():
-                if self.gone.wait(0.02):
-                    raise self._lost(f"{self.name}: {self.reason}")
-                if interruptible and self.stopped.is_set():
-                    raise self._lost(f"{self.name}: stopped while {method} ran")
-                if deadline is not None and time.monotonic() > deadline:
-                    raise self._lost(f"{self.name}: {method} did not answer within {timeout:.0f} s")
-            return future.result()
-        except Exception as exc:
-            if not wire_broke(exc):
-                raise
-            raise self._lost(f"{self.name}: its Dask worker {self.worker} cannot be reached "
-                             f"({type(exc).__name__}: {exc})") from None
-
-    def tell(self, method: str, *args: Any) -> None:
-        """Send `method(*args)` without waiting; nothing happens if the worker is gone."""
-        try:
-            getattr(self.actor, method)(*args)
-        except Exception as exc:
-            if not wire_broke(exc):
-                raise
-
-    def release(self, last: str | None = None) -> None:
-        """Call `last` on the actor (its clean-up) if its worker still answers, then let it go."""
-        try:
-            if last is not None and not self.gone.is_set():
-                getattr(self.actor, last)().result(30)
-        except Exception:  # its worker died meanwhile: nothing left to clean up
-            pass
-        self.owner = None
 
 
 class ActorFleet:
@@ -143,20 +72,38 @@ class ActorFleet:
         return {w: info for w, info in cluster_workers(self.client).items() if w not in self._hung}
 
     # -- the DHT -------------------------------------------------------------------------------
-    def join_dht(self, workers: list[str] | None = None) -> None:
-        """Join `workers` (None: every worker, in parallel) to the run's DHT; the first call
-        starts this process's node, here, on the interface that reaches the workers."""
+    def join_dht(self, workers: list[str] | None = None) -> dict[str, str]:
+        """Join `workers` (None: every worker) to the run's DHT (`run_on_workers`); the first call
+        starts this process's node, here, on the interface that reaches the workers. Returns the
+        workers left out, each with why."""
         if self.node is None:
             self.node = DhtNode([], self.here)
             self.dht_peers = self.node.maddrs()
+        return self.run_on_workers("join the run's DHT", join, self.run_id, self.dht_peers, workers=workers)
+
+    def run_on_workers(self, what: str, fn: Callable[..., Any], *args: Any, workers: list[str] | None = None
+                       ) -> dict[str, str]:
+        """`fn(*args)` on each of `workers` (None: every worker) at once, in its event loop
+        (`Client.run`). A worker whose call fails, or does not answer within `JOIN_TIMEOUT` (hung:
+        a launch once waited on one forever), hosts nothing of the run; returns those, each with
+        why (`what` the call does)."""
         joining = set(self.workers() if workers is None else workers)
-        with self._lock:  # a join runs in the worker's event loop, which sends no heartbeat meanwhile
+        with self._lock:  # a call in a worker's event loop keeps it from sending heartbeats meanwhile
             self._joining |= joining
-        try:
-            self.client.run(join, self.run_id, self.dht_peers, workers=workers)
-        finally:
-            with self._lock:
-                self._joining -= joining
+        calls = {w: in_background(partial(self.client.run, fn, *args, workers=[w])) for w in joining}
+        deadline, left_out = time.monotonic() + JOIN_TIMEOUT, {}
+        for worker, call in calls.items():
+            try:
+                call.result(max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                left_out[worker] = f"it did not {what} within {JOIN_TIMEOUT:.0f} s (hung)"
+            except Exception as exc:
+                left_out[worker] = f"it could not {what}: {type(exc).__name__}: {exc}"
+        with self._lock:
+            self._joining -= joining
+        for worker, why in left_out.items():
+            self.hangs(worker, why)
+        return left_out
 
     # -- placement -----------------------------------------------------------------------------
     def key(self, cls: type, name: str) -> str:

@@ -19,7 +19,8 @@ import torch
 
 from labkit import events
 from labkit.executors.atom.dask_actor import ReplicaActor
-from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
+from labkit.backends.dask.actor_fleet import ActorFleet
+from labkit.backends.dask.actor_handle import ActorHandle
 from labkit.backends.dask.dht import StageDirectory
 from labkit.backends.dask.remote import START_TIMEOUT
 from labkit.config import RunConfig
@@ -82,7 +83,8 @@ class DaskReplicas:
         self.dashboard = self.fleet.dashboard
         try:
             self.fleet.watch()
-            self.fleet.join_dht()  # every worker joins the DHT now, in parallel
+            for worker, why in self.fleet.join_dht().items():  # every worker joins now, in parallel
+                emit(events.setting(clock(), name="worker_unused", value=f"{worker}: {why}"))
         except BaseException:
             self.fleet.close()
             raise

@@ -16,7 +16,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
+from labkit.backends.dask.actor_fleet import ActorFleet
+from labkit.backends.dask.actor_handle import ActorHandle
 from labkit.backends.dask.peer_actor import watch_for_release
 from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig

@@ -40,7 +40,8 @@ def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | P
         releases: list[Callable[[], Any]] = [fleet.close, remove]
         try:
             emit(events.setting(clock(), name="cluster", value={"run_id": fleet.run_id, "dashboard": fleet.dashboard}))
-            fleet.client.run(_warm_up)  # every worker imports torch and labkit now, in parallel
+            for worker, why in fleet.run_on_workers("import torch and labkit", _warm_up).items():  # in parallel
+                emit(events.setting(clock(), name="worker_unused", value=f"{worker}: {why}"))
             server = WorkServer(fleet.here, cfg.trainers)
             releases.insert(0, server.close)
             peers = DaskPeers(cfg, fleet, coordinator=server.address, t0_wall=time.time() - clock())

@@ -64,7 +64,8 @@ class Newcomers:
             if c.stopped.is_set():
                 return
             if worker != ANY_SPARE:  # the worker imports torch and joins the DHT (seconds), then a peer starts
-                self.fleet.join_dht([worker])
+                if left_out := self.fleet.join_dht([worker]):
+                    raise RuntimeError(left_out[worker])
             name = c.members.add_peer(None) if worker in self._new else c.members.refill()
         except Exception as exc:  # e.g. the worker left again before the peer started
             self._failures[worker] = self._failures.get(worker, 0) + 1

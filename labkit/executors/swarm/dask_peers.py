@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from labkit import events
-from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
+from labkit.backends.dask.actor_fleet import ActorFleet
+from labkit.backends.dask.actor_handle import ActorHandle
 from labkit.backends.dask.dht import ANNOUNCE_PERIOD, ANNOUNCE_TTL, StageDirectory
 from labkit.backends.dask.liveness import SUSPECT_AFTER, Probes
 from labkit.backends.dask.peer_actor import ALIVE, PeerActor
@@ -43,7 +44,7 @@ class DaskPeers:
 
     def __init__(self, cfg: RunConfig, fleet: ActorFleet, *, coordinator: str, t0_wall: float) -> None:
         self.cfg, self.fleet, self.coordinator_address, self.t0_wall = cfg, fleet, coordinator, t0_wall
-        fleet.join_dht()  # every worker joins the DHT now, in parallel
+        self._left_out = fleet.join_dht()  # every worker joins the DHT now, in parallel; a hung one is left out
         self.directory = StageDirectory(fleet.node, fleet.run_id, cfg.stages)
         self.coordinator: Coordinator | None = None
         self._actors: dict[str, ActorHandle] = {}  # peer name -> its actor
@@ -61,6 +62,8 @@ class DaskPeers:
     def bind(self, coordinator: Coordinator) -> None:
         self.coordinator = coordinator
         self._newcomers = Newcomers(self.fleet, coordinator)
+        for worker, why in self._left_out.items():
+            coordinator.emit(events.setting(self.clock(), name="worker_unused", value=f"{worker}: {why}"))
 
     # -- peers and trainers --------------------------------------------------------------------
     def start_trainers(self, count: int) -> list[RemoteTrainer]:

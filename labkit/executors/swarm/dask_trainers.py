@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 
-from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
+from labkit.backends.dask.actor_fleet import ActorFleet
+from labkit.backends.dask.actor_handle import ActorHandle
 from labkit.backends.dask.trainer_actor import TrainerActor
 from labkit.config import RunConfig
 

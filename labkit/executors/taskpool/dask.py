@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from labkit.backends.dask.actor_fleet import ActorFleet, ActorHandle
+from labkit.backends.dask.actor_fleet import ActorFleet
+from labkit.backends.dask.actor_handle import ActorHandle
 from labkit.backends.dask.peer_actor import watch_for_release
 from labkit.backends.dask.workers import prepare_worker
 from labkit.config import RunConfig
