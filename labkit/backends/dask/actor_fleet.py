@@ -75,7 +75,7 @@ class ActorFleet:
     def join_dht(self, workers: list[str] | None = None) -> dict[str, str]:
         """Join `workers` (None: every worker) to the run's DHT (`run_on_workers`); the first call
         starts this process's node, here, on the interface that reaches the workers. Returns the
-        workers left out, each with why."""
+        hung workers left out, each with why."""
         if self.node is None:
             self.node = DhtNode([], self.here)
             self.dht_peers = self.node.maddrs()
@@ -84,26 +84,28 @@ class ActorFleet:
     def run_on_workers(self, what: str, fn: Callable[..., Any], *args: Any, workers: list[str] | None = None
                        ) -> dict[str, str]:
         """`fn(*args)` on each of `workers` (None: every worker) at once, in its event loop
-        (`Client.run`). A worker whose call fails, or does not answer within `JOIN_TIMEOUT` (hung:
-        a launch once waited on one forever), hosts nothing of the run; returns those, each with
-        why (`what` the call does)."""
+        (`Client.run`). A worker that does not answer within `JOIN_TIMEOUT` is hung (a launch once
+        waited on one forever): it hosts nothing of the run, and is returned with why (`what` the
+        call does). An error a worker raises is raised here, once every call has ended or timed out."""
         joining = set(self.workers() if workers is None else workers)
         with self._lock:  # a call in a worker's event loop keeps it from sending heartbeats meanwhile
             self._joining |= joining
         calls = {w: in_background(partial(self.client.run, fn, *args, workers=[w])) for w in joining}
-        deadline, left_out = time.monotonic() + JOIN_TIMEOUT, {}
+        deadline, hung, errors = time.monotonic() + JOIN_TIMEOUT, {}, []
         for worker, call in calls.items():
             try:
                 call.result(max(0.0, deadline - time.monotonic()))
             except FutureTimeout:
-                left_out[worker] = f"it did not {what} within {JOIN_TIMEOUT:.0f} s (hung)"
+                hung[worker] = f"it did not {what} within {JOIN_TIMEOUT:.0f} s (hung)"
             except Exception as exc:
-                left_out[worker] = f"it could not {what}: {type(exc).__name__}: {exc}"
+                errors.append(exc)
         with self._lock:
             self._joining -= joining
-        for worker, why in left_out.items():
+        for worker, why in hung.items():
             self.hangs(worker, why)
-        return left_out
+        if errors:
+            raise errors[0]
+        return hung
 
     # -- placement -----------------------------------------------------------------------------
     def key(self, cls: type, name: str) -> str:
