@@ -51,18 +51,18 @@ def ensure_whole(cluster: LocalCluster) -> None:
     tests after it start on a whole cluster instead of timing out one by one."""
     with Client(cluster.scheduler_address) as client:
         client.wait_for_workers(WORKERS, timeout=120)
-        pids = client.run_on_scheduler(_worker_pids)
+        pids = _worker_pids(client)
         pings = {w: client.submit(os.getpid, workers=[w], allow_other_workers=False, pure=False) for w in pids}
         try:
             wait(list(pings.values()), timeout=ANSWER_S)
         except TimeoutError:  # some did not answer: named below
             pass
-        now = client.run_on_scheduler(_worker_pids)  # a worker killed by the test may have been removed meanwhile
+        now = _worker_pids(client)  # a worker killed by the test may have been removed meanwhile
         stuck = sorted(w for w, f in pings.items() if not f.done() and now.get(w) == pids[w])
         held = _actors_held(client, RELEASE_S)
         if not stuck and not held:
             return
-        stacks = _stacks([pids[w] for w in stuck or held])
+        stacks = _stacks([now[w] for w in stuck or held if w in now])
         client.restart(timeout=120)
         client.wait_for_workers(WORKERS, timeout=120)
     pytest.fail(f"after this test, workers {stuck} ran no task within {ANSWER_S:.0f} s and workers {held} still held "
@@ -79,7 +79,12 @@ def _actors_held(client: Client, within: float) -> dict[str, int]:
         time.sleep(0.2)
 
 
-def _worker_pids(dask_scheduler=None) -> dict[str, int]:
+def _worker_pids(client: Client) -> dict[str, int]:
+    """Address -> pid of every worker the scheduler lists (its worker table has no pid)."""
+    return client.run_on_scheduler(_pids_on_scheduler)
+
+
+def _pids_on_scheduler(dask_scheduler=None) -> dict[str, int]:
     return {ws.address: ws.pid for ws in dask_scheduler.workers.values()}
 
 
@@ -88,17 +93,20 @@ def _actors_per_worker(dask_scheduler=None) -> dict[str, int]:
 
 
 def _stacks(pids: list[int]) -> str:
-    """Every thread's stack in each of `pids` (SIGUSR1 to `DumpStacksOnSignal`)."""
+    """Every thread's stack in each of `pids` now (SIGUSR1 to `DumpStacksOnSignal`, which appends
+    to the worker's file: what it wrote after the signal)."""
+    paths = {pid: STACKS / f"{pid}.txt" for pid in pids}
+    before = {pid: path.stat().st_size if path.exists() else 0 for pid, path in paths.items()}
     for pid in pids:
         try:
             os.kill(pid, signal.SIGUSR1)
-        except ProcessLookupError:  # it died meanwhile: its dump says "(no dump)" or is an older one
+        except ProcessLookupError:  # it died meanwhile: no dump
             pass
     time.sleep(1.0)
     dumps = []
-    for pid in pids:
-        path = STACKS / f"{pid}.txt"
-        dumps.append(f"--- worker pid {pid}\n" + (path.read_text()[:40_000] if path.exists() else "(no dump)"))
+    for pid, path in paths.items():
+        dump = path.read_bytes()[before[pid]:].decode(errors="replace")[:40_000] if path.exists() else ""
+        dumps.append(f"--- worker pid {pid}\n{dump or '(no dump)'}")
     return "\n".join(dumps)
 
 

@@ -142,7 +142,7 @@ def test_a_worker_hung_before_the_launch_is_left_out_and_the_run_trains_on_the_o
     """A worker SIGSTOPped before the run starts never answers the DHT join: the run leaves it
     out after `JOIN_TIMEOUT` with a `worker_unused` event naming it, places nothing on it and
     trains (a launch once waited on such a worker forever, in "starting")."""
-    monkeypatch.setattr(actor_fleet, "JOIN_TIMEOUT", 5.0)
+    monkeypatch.setattr(actor_fleet, "JOIN_TIMEOUT", 10.0)
     with Client(own_cluster.scheduler_address) as client:
         worker = sorted(cluster_workers(client))[0]
         pid = client.run(os.getpid, workers=[worker])[worker]
@@ -157,7 +157,8 @@ def test_a_worker_hung_before_the_launch_is_left_out_and_the_run_trains_on_the_o
         os.kill(pid, signal.SIGKILL)  # its nanny starts a fresh worker
     assert summary["status"] == "finished", summary
     unused = [e["value"] for e in run.events.history("setting") if e["name"] == "worker_unused"]
-    assert unused == [f"{worker}: it did not import torch and labkit within 5 s (hung)"], unused
+    # a healthy worker slower than 10 s to join on a loaded machine would be left out too: not this test's point
+    assert f"{worker}: it did not join the run's DHT within 10 s (hung)" in unused, unused
     assert worker not in placed, placed
 
 

@@ -16,16 +16,20 @@ class FakeFleet:
 
     def __init__(self, workers: dict[str, str], initial: set[str]) -> None:
         self.table, self.initial, self.placed = dict(workers), set(initial), set(initial)
+        self.silent: set[str] = set()  # workers whose DHT join will not answer (hung)
+        self.hung: set[str] = set()  # found hung: out of the table, as the real fleet's `workers()` leaves them
 
     def workers(self) -> dict[str, dict[str, str]]:
-        return {w: {"nanny": n} for w, n in self.table.items()}
+        return {w: {"nanny": n} for w, n in self.table.items() if w not in self.hung}
 
     def unused(self, workers: dict[str, dict[str, str]]) -> tuple[list[str], list[str]]:
         free = [w for w in workers if w not in self.placed]
         return [w for w in free if w not in self.initial], [w for w in free if w in self.initial]
 
-    def join_dht(self, workers: list[str]) -> None:
-        pass
+    def join_dht(self, workers: list[str], warm: tuple[str, ...] = ()) -> dict[str, str]:
+        found = {w: "it did not join the run's DHT within 60 s (hung)" for w in workers if w in self.silent}
+        self.hung |= found.keys()
+        return found
 
     def keep_spare(self, worker: str) -> None:
         self.initial.add(worker)
@@ -116,3 +120,14 @@ def test_a_worker_back_before_its_peer_was_evicted_stays_spare_and_a_spare_then_
     assert c.said("worker_joined") == ["a spare serves s0p2"] and c.members.peers["s0p2"] == "A2"
     _settled(newcomers)
     assert len(c.members.peers) == 2, c.members.peers
+
+
+def test_a_newcomer_whose_join_never_answers_is_said_unused_once_and_never_placed() -> None:
+    fleet = FakeFleet({"A": "nanny-a"}, initial={"A"})
+    c = FakeCoordinator(fleet, {"s0p0": "A"})
+    newcomers = Newcomers(fleet, c)
+    fleet.table["D"], fleet.silent = "nanny-d", {"D"}  # a new machine, hung
+    _settled(newcomers)
+    _settled(newcomers)  # not asked again
+    assert c.said("worker_unused") == ["D: it did not join the run's DHT within 60 s (hung)"]
+    assert c.said("worker_joined") == [] and c.members.peers == {"s0p0": "A"}

@@ -22,7 +22,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
 from typing import Any
 
-from labkit.backends.dask.actor_handle import ActorHandle
+from labkit.backends.dask.actor_handle import ActorHandle, wire_broke
 from labkit.backends.dask.connect import connect
 from labkit.backends.dask.dht import DhtNode, host_toward, join, release
 from labkit.backends.dask.liveness import Probes, WorkerBeats, hung_suspects, worker_answer
@@ -33,7 +33,7 @@ from labkit.runtime.background import in_background
 
 WORKER_CHECK = 0.5  # seconds between asking the scheduler which workers are still there
 RELEASE_TIMEOUT = 10.0  # seconds the end of a run waits for the workers to release its DHT nodes (a hung one never does)
-JOIN_TIMEOUT = 60.0  # seconds a worker has to answer `run_on_workers` (a DHT node's start may take 30 s)
+JOIN_TIMEOUT = 60.0  # seconds a worker has to join the run's DHT (a node's start may take 30 s), or it is hung
 
 
 class NoFreeWorker(RuntimeError):
@@ -72,35 +72,34 @@ class ActorFleet:
         return {w: info for w, info in cluster_workers(self.client).items() if w not in self._hung}
 
     # -- the DHT -------------------------------------------------------------------------------
-    def join_dht(self, workers: list[str] | None = None) -> dict[str, str]:
-        """Join `workers` (None: every worker) to the run's DHT (`run_on_workers`); the first call
-        starts this process's node, here, on the interface that reaches the workers. Returns the
-        hung workers left out, each with why."""
+    def join_dht(self, workers: list[str] | None = None, warm: tuple[str, ...] = ()) -> dict[str, str]:
+        """Join `workers` (None: every worker) to the run's DHT, each by a call of its own, at once
+        (`dht.join`, which first imports the modules `warm`); the first call starts this process's
+        node, here, on the interface that reaches the workers. A worker that does not answer
+        within `JOIN_TIMEOUT` is hung (a launch once waited on one forever): it hosts nothing of the
+        run, and is returned with why. A worker that left meanwhile is skipped; an error a worker
+        raises is raised here, once every call has ended or timed out."""
         if self.node is None:
             self.node = DhtNode([], self.here)
             self.dht_peers = self.node.maddrs()
-        return self.run_on_workers("join the run's DHT", join, self.run_id, self.dht_peers, workers=workers)
-
-    def run_on_workers(self, what: str, fn: Callable[..., Any], *args: Any, workers: list[str] | None = None
-                       ) -> dict[str, str]:
-        """`fn(*args)` on each of `workers` (None: every worker) at once, in its event loop
-        (`Client.run`). A worker that does not answer within `JOIN_TIMEOUT` is hung (a launch once
-        waited on one forever): it hosts nothing of the run, and is returned with why (`what` the
-        call does). An error a worker raises is raised here, once every call has ended or timed out."""
         joining = set(self.workers() if workers is None else workers)
-        with self._lock:  # a call in a worker's event loop keeps it from sending heartbeats meanwhile
+        with self._lock:  # a join runs in the worker's event loop, which sends no heartbeat meanwhile
             self._joining |= joining
-        calls = {w: in_background(partial(self.client.run, fn, *args, workers=[w])) for w in joining}
-        deadline, hung, errors = time.monotonic() + JOIN_TIMEOUT, {}, []
-        for worker, call in calls.items():
-            try:
-                call.result(max(0.0, deadline - time.monotonic()))
-            except FutureTimeout:
-                hung[worker] = f"it did not {what} within {JOIN_TIMEOUT:.0f} s (hung)"
-            except Exception as exc:
-                errors.append(exc)
-        with self._lock:
-            self._joining -= joining
+        try:
+            calls = {w: in_background(partial(self.client.run, join, self.run_id, self.dht_peers, warm, workers=[w]))
+                     for w in joining}
+            deadline, hung, errors = time.monotonic() + JOIN_TIMEOUT, {}, []
+            for worker, call in calls.items():
+                try:
+                    call.result(max(0.0, deadline - time.monotonic()))
+                except FutureTimeout:
+                    hung[worker] = f"it did not join the run's DHT within {JOIN_TIMEOUT:.0f} s (hung)"
+                except Exception as exc:
+                    if not wire_broke(exc):  # not a worker that left the cluster meanwhile
+                        errors.append(exc)
+        finally:
+            with self._lock:
+                self._joining -= joining
         for worker, why in hung.items():
             self.hangs(worker, why)
         if errors:

@@ -20,6 +20,7 @@ own address). Outside a worker, and on an embedded loopback cluster, that is 127
 from __future__ import annotations
 
 import asyncio
+import importlib
 import ipaddress
 import logging
 import socket
@@ -239,12 +240,15 @@ class _CallerReportsJoin(logging.Filter):
         return not (str(record.msg).startswith("Run Failed") and record.args and record.args[0] == join.__name__)
 
 
-def join(run_id: str, initial_peers: list[str], dask_worker: Worker | None = None) -> None:
-    """Start this process's node of run `run_id` (`Client.run` calls this on every worker and
-    passes it as `dask_worker`)."""
+def join(run_id: str, initial_peers: list[str], warm: tuple[str, ...] = (), dask_worker: Worker | None = None) -> None:
+    """Import the modules `warm` (the run's actors: a worker's first torch import takes seconds,
+    better spent before the first actor starts), then start this process's node of run `run_id`
+    (`Client.run` calls this on every worker and passes it as `dask_worker`)."""
     worker_log = logging.getLogger("distributed.worker")
     if not any(isinstance(f, _CallerReportsJoin) for f in worker_log.filters):
         worker_log.addFilter(_CallerReportsJoin())
+    for module in warm:
+        importlib.import_module(module)
     node_for(run_id, initial_peers, None if dask_worker is None else dask_worker.address)
 
 

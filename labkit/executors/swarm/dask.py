@@ -23,12 +23,6 @@ from labkit.runtime.run import Run
 from labkit.runtime.shards import checkpoint_folder
 
 
-def _warm_up() -> None:
-    """Import what peers and trainers need (a worker's first torch import takes seconds)."""
-    import labkit.backends.dask.peer_actor  # noqa: F401
-    import labkit.backends.dask.trainer_actor  # noqa: F401
-
-
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
            scheduler: str | None = None, host: str = "127.0.0.1", trace: bool = False) -> Run:
     """Start `cfg` with every peer and trainer an actor on its own worker of a Dask cluster (the one
@@ -40,8 +34,6 @@ def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | P
         releases: list[Callable[[], Any]] = [fleet.close, remove]
         try:
             emit(events.setting(clock(), name="cluster", value={"run_id": fleet.run_id, "dashboard": fleet.dashboard}))
-            for worker, why in fleet.run_on_workers("import torch and labkit", _warm_up).items():  # in parallel
-                emit(events.setting(clock(), name="worker_unused", value=f"{worker}: {why}"))
             server = WorkServer(fleet.here, cfg.trainers)
             releases.insert(0, server.close)
             peers = DaskPeers(cfg, fleet, coordinator=server.address, t0_wall=time.time() - clock())

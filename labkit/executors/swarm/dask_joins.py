@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 JOIN_TRIES = 3  # a worker that joined mid-run but failed this often to start a peer is left alone
 ANY_SPARE = ""  # a refill on whichever free worker the fleet picks, not one that just joined
+ACTOR_MODULES = ("labkit.backends.dask.peer_actor", "labkit.backends.dask.trainer_actor")  # imported as a worker joins
 
 
 class Newcomers:
@@ -64,8 +65,9 @@ class Newcomers:
             if c.stopped.is_set():
                 return
             if worker != ANY_SPARE:  # the worker imports torch and joins the DHT (seconds), then a peer starts
-                if left_out := self.fleet.join_dht([worker]):
-                    raise RuntimeError(left_out[worker])
+                if hung := self.fleet.join_dht([worker], warm=ACTOR_MODULES):  # it hosts nothing of the run now
+                    c.emit(events.setting(c.clock(), name="worker_unused", value=f"{worker}: {hung[worker]}"))
+                    return
             name = c.members.add_peer(None) if worker in self._new else c.members.refill()
         except Exception as exc:  # e.g. the worker left again before the peer started
             self._failures[worker] = self._failures.get(worker, 0) + 1

@@ -22,7 +22,7 @@ from labkit.backends.dask.liveness import SUSPECT_AFTER, Probes
 from labkit.backends.dask.peer_actor import ALIVE, PeerActor
 from labkit.backends.dask.remote import START_TIMEOUT, RemotePeer
 from labkit.config import RunConfig
-from labkit.executors.swarm.dask_joins import Newcomers
+from labkit.executors.swarm.dask_joins import ACTOR_MODULES, Newcomers
 from labkit.executors.swarm.dask_trainers import RemoteTrainer
 from labkit.runtime.background import in_background
 from labkit.runtime.peer import PeerDied
@@ -44,7 +44,7 @@ class DaskPeers:
 
     def __init__(self, cfg: RunConfig, fleet: ActorFleet, *, coordinator: str, t0_wall: float) -> None:
         self.cfg, self.fleet, self.coordinator_address, self.t0_wall = cfg, fleet, coordinator, t0_wall
-        self._left_out = fleet.join_dht()  # every worker joins the DHT now, in parallel; a hung one is left out
+        self._left_out = fleet.join_dht(warm=ACTOR_MODULES)  # every worker, in parallel; a hung one is left out
         self.directory = StageDirectory(fleet.node, fleet.run_id, cfg.stages)
         self.coordinator: Coordinator | None = None
         self._actors: dict[str, ActorHandle] = {}  # peer name -> its actor
