@@ -9,7 +9,7 @@ from typing import Any
 
 from distributed.actor import Actor
 
-from labkit.backends.dask.remote import START_TIMEOUT
+from labkit.backends.dask.remote import started_actor
 
 
 def wire_broke(exc: BaseException) -> bool:
@@ -35,7 +35,7 @@ class ActorHandle:
     def actor(self) -> Actor:
         """The actor, once started (raises what stopped it from starting)."""
         if self._actor is None:
-            self._actor = self.owner.result(START_TIMEOUT)
+            self._actor = started_actor(self.owner, self.name, self.worker)
         return self._actor
 
     def lose(self, reason: str) -> None:

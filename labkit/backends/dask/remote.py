@@ -24,6 +24,16 @@ _STOPS = ThreadPoolExecutor(8, thread_name_prefix="labkit-stop")  # kills, which
 START_TIMEOUT = 120.0  # seconds a new actor may take to start (a worker's first torch import is slow)
 
 
+def started_actor(owner: Any, name: str, worker: str) -> Actor:
+    """The actor that `owner` (its Dask future) starts, once started (raises what stopped it); one
+    not started within `START_TIMEOUT` raises TimeoutError naming it and its worker."""
+    try:
+        return owner.result(START_TIMEOUT)
+    except TimeoutError:
+        raise TimeoutError(f"{name}: its actor did not start on the Dask worker {worker} within {START_TIMEOUT:.0f} s "
+                           f"(is that worker hung or gone?)") from None
+
+
 class RemotePeer:
     """A peer of `stage` served by the actor `key` on the worker at `worker`; `announced` reads
     its latest DHT record.
@@ -53,7 +63,7 @@ class RemotePeer:
     def actor(self) -> Actor:
         """The actor, once started (raises what stopped it from starting)."""
         if self._actor is None:
-            self._actor = self._owner.result(START_TIMEOUT)
+            self._actor = started_actor(self._owner, self.name, self.worker)
         return self._actor
 
     @property
