@@ -119,7 +119,7 @@ def story(run: labkit.RunHandle) -> str:
     """The run's membership, settings and steps, one line each: what a failure message needs."""
     lines = []
     for e in run.events.history():
-        if e["type"] in ("run", "setting", "peer", "step", "trainer") and e.get("state") not in ("alive",):
+        if e["type"] in ("run", "setting", "peer", "step", "trainer") and e.get("state") != "alive":
             what = {k: v for k, v in e.items() if k not in ("type", "t", "boundary", "stage_samples")}
             lines.append(f"{e['t']:8.3f} {e['type']:8s} {what}")
     return "\n".join(lines)

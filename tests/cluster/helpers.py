@@ -9,9 +9,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from distributed import Client, LocalCluster, WorkerPlugin, wait
+from distributed import Client, LocalCluster, WorkerPlugin
 
 import labkit
 from labkit.backends.dask.connect import restarting_cluster
@@ -53,20 +54,28 @@ def ensure_whole(cluster: LocalCluster) -> None:
         client.wait_for_workers(WORKERS, timeout=120)
         pids = _worker_pids(client)
         pings = {w: client.submit(os.getpid, workers=[w], allow_other_workers=False, pure=False) for w in pids}
-        try:
-            wait(list(pings.values()), timeout=ANSWER_S)
-        except TimeoutError:  # some did not answer: named below
-            pass
-        now = _worker_pids(client)  # a worker killed by the test may have been removed meanwhile
-        stuck = sorted(w for w, f in pings.items() if not f.done() and now.get(w) == pids[w])
+        stuck = _unanswered(client, pings, pids, ANSWER_S)
         held = _actors_held(client, RELEASE_S)
         if not stuck and not held:
             return
-        stacks = _stacks([now[w] for w in stuck or held if w in now])
+        stacks = _stacks([pid for w, pid in _worker_pids(client).items() if w in (stuck or held)])
         client.restart(timeout=120)
         client.wait_for_workers(WORKERS, timeout=120)
     pytest.fail(f"after this test, workers {stuck} ran no task within {ANSWER_S:.0f} s and workers {held} still held "
                 f"actors after {RELEASE_S:.0f} s; the cluster was restarted. Their threads:\n{stacks}")
+
+
+def _unanswered(client: Client, pings: dict[str, Any], pids: dict[str, int], within: float) -> list[str]:
+    """Workers whose `pings` task has not run `within` seconds from now, among those still
+    registered with the process they had (one the test killed is removed, its ping never runs: a
+    plain wait on every ping once spent the whole 30 s on it)."""
+    deadline = time.monotonic() + within
+    while True:
+        now = _worker_pids(client)
+        stuck = sorted(w for w, f in pings.items() if not f.done() and now.get(w) == pids[w])
+        if not stuck or time.monotonic() > deadline:
+            return stuck
+        time.sleep(0.2)
 
 
 def _actors_held(client: Client, within: float) -> dict[str, int]:
