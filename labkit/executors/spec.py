@@ -59,6 +59,7 @@ class ExecutorSpec:
     in_flight: Callable[[Any], int] = lambda run: 1  # microbatches whose activations are held at once
     backend_refusal: Callable[[Any, str], str | None] = lambda run, backend: None  # why a backend cannot run it
     record: Callable[[Any], Any] = lambda run: run  # the run config its checkpoints and evaluations are shaped by
+    from_world: Callable[[Any], Any] = lambda run: run  # a world's run (`world_config`) made this executor's
 
     def refusal(self, verb: str) -> str | None:
         """Why `verb` is not available with this executor, as one sentence; None when it is."""

@@ -29,7 +29,7 @@ from labkit.sim.world import build_world
 
 def load_world(cfg: RunConfig) -> SimScenario:
     """`cfg.world` read and checked against the run's shape (as `load_links` checks a links
-    file); only for an executor whose spec says its runs live in worlds (SWARM's, the pipeline's)."""
+    file); only for an executor whose spec says its runs live in worlds (SWARM's, the pipeline's, ATOM's)."""
     if not cfg.spec.worlds:
         raise ConfigError("RunConfig", "world", cfg.world, f"a world for an executor whose peers live in one "
                           f"({[n for n, spec in SPECS.items() if spec.worlds]}; this run's {cfg.spec.name!r} has no "
@@ -43,13 +43,15 @@ def world_config(path: str, base: RunConfig | None = None) -> RunConfig:
     microbatches in flight), microbatch, router and rebalancing. The run trains `base`'s model (nano
     by default) as a stand-in while its peers take the time the world's model would; the global
     batch is the world's, else one round of every trainer's in-flight microbatches; steps, learning
-    rate and seed stay `base`'s."""
+    rate and seed stay `base`'s. The executor's `from_world` makes the run its own (ATOM's: the
+    one stage's peers are its replicas)."""
     s = read_scenario("world", path)
     peers = tuple(sum(g.count for g in s.peers if g.stage == stage) for stage in range(s.stages))
-    return (base or RunConfig()).replace(
+    base = base or RunConfig()
+    return base.spec.from_world(base.replace(
         stages=s.stages, peers=peers, trainers=s.trainers, inflight=s.window, microbatch=s.microbatch,
         global_batch=s.global_batch or s.microbatch * s.trainers * s.window, gamma=s.gamma, debias_ema=s.debias_ema,
-        rebalance_period=s.rebalance_period or 0.0, world=path)
+        rebalance_period=s.rebalance_period or 0.0, world=None)).replace(world=path)
 
 
 def replay_churn(run: RunHandle, s: SimScenario, stop: threading.Event | None = None) -> threading.Thread | None:

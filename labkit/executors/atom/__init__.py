@@ -3,6 +3,7 @@ they average their gradients at every global batch."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from labkit.executors.atom.config import DEVICES, AtomConfig
@@ -18,13 +19,22 @@ REFUSED = {
 }
 
 
+def replicas_of_world(run: Any) -> Any:
+    """A world's run as ATOM's: its one stage's peers are the replicas."""
+    return run.replace(executor=dataclasses.replace(run.executor, replicas=run.peers_per_stage[0]))
+
+
 def one_stage(run: Any) -> Any:
     """`run` as one stage holding the whole model: how an ATOM run evaluates and checkpoints."""
-    return run.replace(stages=1, peers=1)
+    return run.replace(stages=1, peers=1, world=None)  # its world's seats are the replicas'; the record has none
 
 
 def backend_refusal(run: Any, backend: str) -> str | None:
-    """On Dask each replica computes on its worker's GPU when it has one: `device` is for in-process runs."""
+    """On Dask each replica computes on its worker's GPU when it has one: `device` is for in-process
+    runs; so are worlds (their replicas' devices and links are emulated in this process)."""
+    if backend == "dask" and run.world is not None:
+        return (f"world={run.world!r} is not allowed with executor='atom' and backend='dask': None (an ATOM world's "
+                f"virtual devices and links run in-process: backend='inprocess')")
     if backend == "dask" and run.executor.device != "cpu":
         return (f"atom.device={run.executor.device!r} is not allowed with backend='dask': 'cpu' (on Dask each "
                 f"replica computes on its worker's GPU when the worker has one, as SWARM peers do)")
@@ -50,4 +60,6 @@ SPEC = ExecutorSpec(
     in_flight=lambda run: run.executor.replicas * run.executor.accumulation,
     backend_refusal=backend_refusal,
     record=one_stage,
+    worlds=True,  # replica r on the device of the world's s0p{r}, the ring over their links (world.py)
+    from_world=replicas_of_world,
 )

@@ -47,3 +47,6 @@ class AtomConfig:
         _check(run.compression.boundary == "none", o, "compression", run.compression,
                "boundary='none' with executor='atom' (no stage boundaries to compress)")
         _check(run.links is None, o, "links", run.links, "None with executor='atom' (no trainer-peer requests)")
+        _check(run.world is None or (run.stages == 1 and run.peers_per_stage == (self.replicas,)), o, "world", run.world,
+               f"a world of one stage whose peers are the {self.replicas} replicas, with stages=1 and "
+               f"peers={self.replicas} (world_config(path, RunConfig(executor=AtomConfig())) makes that run)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from labkit import events
@@ -33,6 +33,9 @@ class LocalReplicas:
 
     def heartbeats(self, replicas: Mapping[str, ReplicaPort], step: int) -> dict[str, int]:
         return {name: engine.round_samples for name, engine in replicas.items()}
+
+    def exchange(self, replicas: Sequence[str]) -> None:
+        """Nothing to wait for: the replicas' gradients are summed in this process."""
 
     def close(self) -> None:
         """Nothing to release: the replicas' threads end with the run."""

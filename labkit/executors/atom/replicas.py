@@ -263,6 +263,7 @@ class AtomReplicas:
                 self._drop(name, str(exc))
                 raise
         total = sum_over_peers(grads)
+        self.host.exchange([r.name for r in self.live()])  # in a world: the ring over its links
         loss, step = self.ledger.loss(), self.ledger.step
         if not math.isfinite(loss):
             self.diverged = f"step {step}: the loss is {loss}"

@@ -21,6 +21,7 @@ from labkit.config import RunConfig
 from labkit.data import Corpus
 from labkit.executors.atom.local import LocalReplicas
 from labkit.executors.atom.replicas import AtomReplicas
+from labkit.executors.atom.world import WorldReplicas
 from labkit.runtime.run import Run
 
 HostFactory = Callable[[RunConfig, Corpus, Mapping[str, Any], Callable[[events.Event], None], Callable[[], float]], Any]
@@ -33,6 +34,8 @@ def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | P
     if hosts is LocalReplicas and cfg.executor.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("atom.device='cuda' is not allowed here: torch.cuda.is_available() is False (a CPU "
                          "build of torch, or no GPU visible); use 'cpu'")
+    if hosts is LocalReplicas and cfg.world is not None:
+        hosts = WorldReplicas  # each replica on its world seat's virtual device
 
     def build(cfg: RunConfig, corpus: Corpus, states: Sequence[Mapping[str, Any]], step: int,
               emit: Callable[[events.Event], None], clock: Callable[[], float]) -> AtomReplicas:
