@@ -57,6 +57,11 @@ def setting(t: float, *, name: str, value: Any) -> Event:
     return {"type": "setting", "t": t, "name": name, "value": value}
 
 
+def worker_unused(t: float, worker: str, why: str) -> Event:
+    """A Dask worker the run leaves unused, and why (hung at the launch, a failed join, ...)."""
+    return setting(t, name="worker_unused", value=f"{worker}: {why}")
+
+
 def sync(t: float, *, step: int, stage: int, kind: str, peers: int, nbytes: int) -> Event:
     """A stage's data-parallel sync: gradient all-reduce or DiLoCo outer step, with bytes sent."""
     return {"type": "sync", "t": t, "step": step, "stage": stage, "kind": kind, "peers": peers, "bytes": int(nbytes)}

@@ -37,6 +37,7 @@ from labkit.model import assemble
 from labkit.runtime.reference import train_reference
 from tests.cluster.helpers import assert_exact_accounting
 from tests.coordinator_death import death_config, kill_the_coordinator_and_resume
+from tests.integration.test_pipeline_run import CFG as PIPELINE
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -139,27 +140,33 @@ def test_a_hung_peer_worker_is_evicted_within_its_bound_and_survived_exactly(own
 
 def test_a_worker_hung_before_the_launch_is_left_out_and_the_run_trains_on_the_others(
         own_cluster, small_run: RunConfig, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A worker SIGSTOPped before the run starts never answers the DHT join: the run leaves it
-    out after `JOIN_TIMEOUT` with a `worker_unused` event naming it, places nothing on it and
-    trains (a launch once waited on such a worker forever, in "starting")."""
+    """A worker SIGSTOPped before a run starts never answers: SWARM's launch leaves it out once it
+    has not joined the DHT within `JOIN_TIMEOUT`, the pipeline's and the task pool's once it has not
+    answered within `PROBE_TIMEOUT`, each with a `worker_unused` event naming it; nothing is placed
+    on it and each run trains (a SWARM launch once waited on such a worker forever, in "starting";
+    the pipeline's and the task pool's failed after an actor's 120 s start timeout)."""
     monkeypatch.setattr(actor_fleet, "JOIN_TIMEOUT", 10.0)
+    monkeypatch.setattr(actor_fleet, "PROBE_TIMEOUT", 5.0)
     with Client(own_cluster.scheduler_address) as client:
         worker = sorted(cluster_workers(client))[0]
         pid = client.run(os.getpid, workers=[worker])[worker]
+    runs = {"swarm": (small_run.replace(stages=2, peers=1, steps=3), "join the run's DHT within 10 s"),
+            "pipeline": (PIPELINE.replace(steps=2), "answer within 5 s"),
+            "taskpool": (small_run.replace(stages=2, peers=1, steps=2, executor=TaskPoolConfig()), "answer within 5 s")}
     os.kill(pid, signal.SIGSTOP)
     try:
-        run = labkit.launch(small_run.replace(stages=2, peers=1, steps=3), backend="dask",
-                            scheduler=own_cluster.scheduler_address)
-        run.wait_for(step=1, timeout=120)
-        placed = {p["worker"] for s in run.state()["stages"] for p in s["peers"]}
-        summary = run.wait(120)
+        for executor, (cfg, why) in runs.items():
+            run = labkit.launch(cfg, backend="dask", scheduler=own_cluster.scheduler_address)
+            run.wait_for(step=1, timeout=120)
+            placed = {p["worker"] for s in run.state()["stages"] for p in s["peers"]}
+            summary = run.wait(120)
+            assert summary["status"] == "finished", (executor, summary)
+            unused = [e["value"] for e in run.events.history("setting") if e["name"] == "worker_unused"]
+            # a healthy worker too slow to answer on a loaded machine would be left out too: not this test's point
+            assert f"{worker}: it did not {why} (hung)" in unused, (executor, unused)
+            assert worker not in placed, (executor, placed)
     finally:
         os.kill(pid, signal.SIGKILL)  # its nanny starts a fresh worker
-    assert summary["status"] == "finished", summary
-    unused = [e["value"] for e in run.events.history("setting") if e["name"] == "worker_unused"]
-    # a healthy worker slower than 10 s to join on a loaded machine would be left out too: not this test's point
-    assert f"{worker}: it did not join the run's DHT within 10 s (hung)" in unused, unused
-    assert worker not in placed, placed
 
 
 def test_a_hung_trainer_worker_is_replaced_within_its_bound_and_survived_exactly(own_cluster, small_run: RunConfig,

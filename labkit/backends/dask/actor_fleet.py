@@ -14,6 +14,7 @@ pipeline's peers) are its users; none connects, places or watches on its own.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -34,6 +35,7 @@ from labkit.runtime.background import in_background
 WORKER_CHECK = 0.5  # seconds between asking the scheduler which workers are still there
 RELEASE_TIMEOUT = 10.0  # seconds the end of a run waits for the workers to release its DHT nodes (a hung one never does)
 JOIN_TIMEOUT = 60.0  # seconds a worker has to join the run's DHT (a node's start may take 30 s), or it is hung
+PROBE_TIMEOUT = 30.0  # seconds a worker has to answer a pid request before a run places its actors, or it is hung
 
 
 class NoFreeWorker(RuntimeError):
@@ -73,33 +75,44 @@ class ActorFleet:
 
     # -- the DHT -------------------------------------------------------------------------------
     def join_dht(self, workers: list[str] | None = None, warm: tuple[str, ...] = ()) -> dict[str, str]:
-        """Join `workers` (None: every worker) to the run's DHT, each by a call of its own, at once
-        (`dht.join`, which first imports the modules `warm`); the first call starts this process's
-        node, here, on the interface that reaches the workers. A worker that does not answer
-        within `JOIN_TIMEOUT` is hung (a launch once waited on one forever): it hosts nothing of the
-        run, and is returned with why. A worker that left meanwhile is skipped; an error a worker
-        raises is raised here, once every call has ended or timed out."""
+        """Join `workers` (None: every worker) to the run's DHT (`dht.join`, which first imports the
+        modules `warm`); the first call starts this process's node, here, on the interface that
+        reaches the workers. As `ask_each`, within `JOIN_TIMEOUT` (a launch once waited forever on a
+        hung worker); returns the hung workers, each with why."""
         if self.node is None:
             self.node = DhtNode([], self.here)
             self.dht_peers = self.node.maddrs()
-        joining = set(self.workers() if workers is None else workers)
-        with self._lock:  # a join runs in the worker's event loop, which sends no heartbeat meanwhile
-            self._joining |= joining
+        return self.ask_each(partial(join, self.run_id, self.dht_peers, warm), workers, JOIN_TIMEOUT,
+                             "join the run's DHT")
+
+    def probe(self) -> dict[str, str]:
+        """Ask every worker for its pid, as `ask_each` within `PROBE_TIMEOUT`, before a run places
+        its actors: a hung worker is left out at once (an actor's start on it waited 120 s, then
+        failed the launch); returns the hung workers, each with why."""
+        return self.ask_each(os.getpid, None, PROBE_TIMEOUT, "answer")
+
+    def ask_each(self, task: Callable[..., Any], workers: list[str] | None, timeout: float, what: str) -> dict[str, str]:
+        """Run `task` on each of `workers` (None: every worker) by a call of its own, at once. A worker
+        that does not answer within `timeout` is hung: it hosts nothing of the run, and is returned
+        with why. A worker that left meanwhile is skipped; an error a worker raises is raised here,
+        once every call has ended or timed out."""
+        asked = set(self.workers() if workers is None else workers)
+        with self._lock:  # a call runs in the worker's event loop, which sends no heartbeat meanwhile
+            self._joining |= asked
         try:
-            calls = {w: in_background(partial(self.client.run, join, self.run_id, self.dht_peers, warm, workers=[w]))
-                     for w in joining}
-            deadline, hung, errors = time.monotonic() + JOIN_TIMEOUT, {}, []
+            calls = {w: in_background(partial(self.client.run, task, workers=[w])) for w in asked}
+            deadline, hung, errors = time.monotonic() + timeout, {}, []
             for worker, call in calls.items():
                 try:
                     call.result(max(0.0, deadline - time.monotonic()))
                 except FutureTimeout:
-                    hung[worker] = f"it did not join the run's DHT within {JOIN_TIMEOUT:.0f} s (hung)"
+                    hung[worker] = f"it did not {what} within {timeout:.0f} s (hung)"
                 except Exception as exc:
                     if not wire_broke(exc):  # not a worker that left the cluster meanwhile
                         errors.append(exc)
         finally:
             with self._lock:
-                self._joining -= joining
+                self._joining -= asked
         for worker, why in hung.items():
             self.hangs(worker, why)
         if errors:

@@ -84,7 +84,7 @@ class DaskReplicas:
         try:
             self.fleet.watch()
             for worker, why in self.fleet.join_dht().items():  # every worker joins now, in parallel
-                emit(events.setting(clock(), name="worker_unused", value=f"{worker}: {why}"))
+                emit(events.worker_unused(clock(), worker, why))
         except BaseException:
             self.fleet.close()
             raise

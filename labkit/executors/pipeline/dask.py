@@ -77,6 +77,11 @@ class DaskStages:
         self.cfg = cfg
         self.fleet = ActorFleet(cfg, scheduler, host, PeerDied)
         self.dashboard = self.fleet.dashboard
+        try:
+            self.unused = self.fleet.probe()  # hung workers, left out before any actor is placed
+        except BaseException:
+            self.fleet.close()
+            raise
         self.fleet.watch()  # a request waiting on a peer whose worker left fails at once from now on
 
     def spawn(self, name: str, stage: int, state: dict[str, Any], place: str) -> RemoteStage:

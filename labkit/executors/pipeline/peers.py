@@ -36,6 +36,7 @@ class StageHost(Protocol):
     """Where a run's peers live: threads of this process, or actors on the workers of a Dask cluster."""
 
     dashboard: str | None  # where its workers are watched (Dask's dashboard), if anywhere
+    unused: dict[str, str]  # workers it leaves unused (hung at the launch), each with why
 
     def spawn(self, name: str, stage: int, state: dict[str, Any], place: str) -> StagePort:
         """Start peer `name` of `stage` holding `state` (parameters and optimizer state), in a world
@@ -79,6 +80,7 @@ class LocalStages:
     """Peers as `StagePeer`s of this process, each served by a thread of its own."""
 
     dashboard = None  # threads of this process: no dashboard
+    unused: dict[str, str] = {}  # no workers to leave out
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg

@@ -22,6 +22,9 @@ def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | P
     def build(cfg: RunConfig, corpus: Corpus, states: Sequence[Mapping[str, Any]], step: int,
               emit: Callable[[events.Event], None], clock: Callable[[], float]) -> PipelineCore:
         sampler = WindowSampler(corpus.train, cfg.model.seq_len, cfg.seed)
-        return PipelineCore(cfg, sampler, emit, clock, [dict(s) for s in states], hosts(cfg), step)
+        host = hosts(cfg)
+        for worker, why in host.unused.items():
+            emit(events.worker_unused(clock(), worker, why))
+        return PipelineCore(cfg, sampler, emit, clock, [dict(s) for s in states], host, step)
 
     return Run(cfg, build, run_dir=run_dir, resume=resume, trace=trace)

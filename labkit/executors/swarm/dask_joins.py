@@ -66,12 +66,12 @@ class Newcomers:
                 return
             if worker != ANY_SPARE:  # the worker imports torch and joins the DHT (seconds), then a peer starts
                 if hung := self.fleet.join_dht([worker], warm=ACTOR_MODULES):  # it hosts nothing of the run now
-                    c.emit(events.setting(c.clock(), name="worker_unused", value=f"{worker}: {hung[worker]}"))
+                    c.emit(events.worker_unused(c.clock(), worker, hung[worker]))
                     return
             name = c.members.add_peer(None) if worker in self._new else c.members.refill()
         except Exception as exc:  # e.g. the worker left again before the peer started
             self._failures[worker] = self._failures.get(worker, 0) + 1
-            c.emit(events.setting(c.clock(), name="worker_unused", value=f"{worker or 'a spare'}: {type(exc).__name__}: {exc}"))
+            c.emit(events.worker_unused(c.clock(), worker or "a spare", f"{type(exc).__name__}: {exc}"))
             return
         finally:
             self._joining.discard(worker)

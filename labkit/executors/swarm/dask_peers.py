@@ -63,7 +63,7 @@ class DaskPeers:
         self.coordinator = coordinator
         self._newcomers = Newcomers(self.fleet, coordinator)
         for worker, why in self._left_out.items():
-            coordinator.emit(events.setting(self.clock(), name="worker_unused", value=f"{worker}: {why}"))
+            coordinator.emit(events.worker_unused(self.clock(), worker, why))
 
     # -- peers and trainers --------------------------------------------------------------------
     def start_trainers(self, count: int) -> list[RemoteTrainer]:

@@ -85,6 +85,7 @@ class LocalClients:
     """Clients as computers in this process (each fed by a thread of the run)."""
 
     dashboard = None  # threads of this process: no dashboard
+    unused: dict[str, str] = {}  # no workers to leave out
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg

@@ -81,6 +81,11 @@ class DaskClients:
         self.cfg = cfg
         self.fleet = ActorFleet(cfg, scheduler, host, ClientLost)
         self.dashboard = self.fleet.dashboard
+        try:
+            self.unused = self.fleet.probe()  # hung workers, left out before any actor is placed
+        except BaseException:
+            self.fleet.close()
+            raise
         self.fleet.watch()  # a call waiting on a client whose worker left fails at once from now on
 
     def spawn(self, name: str, stage: int, params: Mapping[str, torch.Tensor]) -> RemoteClient:
