@@ -6,6 +6,7 @@ emulation guarantees, parameters), never on how fast this machine is."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,9 @@ from labkit.runtime.links import load_links
 from labkit.runtime.pacing import device_table
 from labkit.runtime.reference import train_reference
 from labkit.runtime.world import world_config
-from labkit.sim.atom_world import WIRE_BYTES
+from labkit.sim.world import GRAD_BYTES
 
-KILL_AT, JOIN_AT = 0.3, 0.6  # seconds after the run started; every step takes >= 0.22 s (the ring), 6 steps
+KILL_AT, JOIN_AT = 0.3, 0.6  # seconds after the run started; every step waits >= 0.13 s for its ring, 6 steps
 
 
 def atom_world(tmp_path: Path) -> str:
@@ -58,7 +59,7 @@ def test_an_atom_world_holds_its_devices_and_links_replays_its_churn_and_stays_e
     for replica, device in (("r0", "A100"), ("r1", "T4"), ("r2", "T4")):
         forward, backward = device_table(world, device)
         assert seats["replicas"][replica] == {"device": device, "microbatch_s": forward[0] + backward[0]}
-    ring = 2 * 2 * (0.010 + 85_054_464 * WIRE_BYTES / 3 / 1.25e9)  # 2(N-1) steps of the slowest hop: eu-us
+    ring = 2 * 2 * (0.010 + 85_054_464 * GRAD_BYTES / 3 / 1.25e9)  # 2(N-1) steps of the slowest hop: eu-us
     assert seats["exchange_s"] == pytest.approx(ring, rel=1e-9)
     for e in run.events.history("setting"):
         if e["name"] == "atom_overrun":  # real compute slower than the device: said, with by how much
@@ -82,12 +83,39 @@ def test_an_atom_world_holds_its_devices_and_links_replays_its_churn_and_stays_e
 
 def test_an_atom_world_is_refused_with_its_reason_where_it_cannot_run(small_run: RunConfig, tmp_path: Path) -> None:
     world = atom_world(tmp_path)
-    with pytest.raises(ConfigError, match="a world of one stage whose peers are the 2 replicas"):
+    with pytest.raises(ConfigError, match=r"a world file of one stage .* this run has stages=2, peers=\[2, 2\]"):
         small_run.replace(world=world, executor=AtomConfig())  # 2 stages: not ATOM's shape
-    with pytest.raises(ConfigError, match=r"3 replicas, with stages=1 and peers=3"):
+    with pytest.raises(ConfigError, match=r"this run has stages=1, peers=\[2\], atom.replicas=3"):
         small_run.replace(stages=1, peers=2, world=world, executor=AtomConfig(replicas=3))
+    two_stages = tmp_path / "two_stages.json"  # a SWARM world given to ATOM
+    two_stages.write_text(json.dumps(json.loads(Path(world).read_text()) | {"stages": 2, "peers": [
+        {"device": "T4", "count": 1, "stage": s, "region": "eu"} for s in (0, 1)]}))
+    with pytest.raises(ConfigError, match=r"a world file of one stage .* this run has stages=2, peers=\[1, 1\]"):
+        world_config(str(two_stages), small_run.replace(executor=AtomConfig()))
     cfg = atom_world_run(small_run, world)
     with pytest.raises(ValueError, match="virtual devices and links run in-process: backend='inprocess'"):
         labkit.launch(cfg, backend="dask")
     assert microbatch_seconds(load_links(cfg), "r5") == pytest.approx(sum(x[0] for x in device_table(load_links(cfg),
                                                                                                         "V100")))
+
+
+def test_a_stop_during_the_ring_ends_the_run_without_waiting_for_it(small_run: RunConfig, tmp_path: Path) -> None:
+    """The ring's wait releases the run's lock: while it runs (here about 23 minutes: `small`'s
+    gradients over 1 Mb/s), state() answers, and a stop ends the run at once, with no step taken."""
+    world = json.loads(Path(atom_world(tmp_path)).read_text()) | {"trace": [], "links": [
+        {"a": "eu", "b": "eu", "rtt_ms": 2.0, "bandwidth_mbps": 1.0}, {"a": "eu", "b": "us", "rtt_ms": 100.0,
+                                                                      "bandwidth_mbps": 1.0}]}
+    path = tmp_path / "slow_ring.json"
+    path.write_text(json.dumps(world))
+    cfg = atom_world_run(small_run, str(path))
+    assert exchange_seconds(load_links(cfg), ["r0", "r1", "r2"]) > 1000
+    run = labkit.launch(cfg)
+    deadline = time.monotonic() + 120
+    while sum(p["credited"] for s in run.state()["stages"] for p in s["peers"]) < cfg.global_batch:  # the step's work
+        assert time.monotonic() < deadline, run.state()
+        time.sleep(0.05)
+    time.sleep(0.2)  # the boundary is in the ring now
+    run.stop()
+    summary = run.wait(60)
+    assert summary["status"] == "stopped", summary
+    assert run.events.history("step") == []

@@ -100,7 +100,7 @@ def test_a_bad_world_is_one_clear_error(small_run: RunConfig, tmp_path: Path) ->
         world_config("nowhere")
     with pytest.raises(ConfigError, match="world.*a scenario with the run's 2 stages of \\[3, 3\\] peers"):
         labkit.launch(world_run(small_run, world).replace(peers=3))
-    with pytest.raises(ConfigError, match=r"world.*for an executor whose peers live in one \(\['swarm', 'pipeline'\]; this "
+    with pytest.raises(ConfigError, match=r"world.*for an executor whose peers live in one \(\['swarm', 'atom', 'pipeline'\]; this "
                                           r"run's 'taskpool'"):
         labkit.launch(world_run(small_run, world).replace(executor="taskpool"))
 

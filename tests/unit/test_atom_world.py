@@ -11,16 +11,21 @@ import pytest
 
 from labkit.config import ConfigError
 from labkit.executors.atom.swap import Interrupted
-from labkit.executors.atom.world import PacedReplica
-from labkit.sim.atom_world import atom_step_seconds, ring_allreduce_seconds
+from labkit.executors.atom.world import PacedReplica, exchange_seconds
+from labkit.sim import SimScenario
+from labkit.sim.atom_world import atom_step_seconds
 
 
-def test_the_ring_takes_its_slowest_hop_2_n_minus_1_times() -> None:
-    hops = [(0.002, 1e9), (0.100, 25e6), (0.002, 1e9), (0.100, 25e6)]  # 2 LAN hops, 2 across an ocean
-    assert ring_allreduce_seconds(hops, 100e6) == pytest.approx(6 * (0.050 + 25e6 / 25e6))
-    assert ring_allreduce_seconds(hops[:1], 100e6) == 0.0  # one replica sends nothing
-    with pytest.raises(ConfigError, match="nbytes"):
-        ring_allreduce_seconds(hops, -1)
+def test_the_ring_crosses_its_slowest_link_2_n_minus_1_times() -> None:
+    ocean = SimScenario.from_dict({"model": "small", "stages": 1, "microbatch": 1, "seq_len": 512, "links": [
+        {"a": "eu", "b": "eu", "rtt_ms": 2.0, "bandwidth_mbps": 1000.0},
+        {"a": "eu", "b": "us", "rtt_ms": 100.0, "bandwidth_mbps": 200.0}], "peers": [
+        {"device": "T4", "count": 2, "stage": 0, "region": region} for region in ("eu", "us")]})
+    nbytes = 85_054_464 * 2  # SWARM's small, fp16
+    # r0 eu -> r1 eu -> r2 us -> r3 us -> r0: 6 steps of a quarter of the bytes, each at the ocean's 50 ms
+    assert exchange_seconds(ocean, ["r0", "r1", "r2", "r3"]) == pytest.approx(6 * (0.050 + nbytes / 4 / 25e6))
+    assert exchange_seconds(ocean, ["r0", "r1"]) == pytest.approx(2 * (0.001 + nbytes / 2 / 125e6))  # eu only
+    assert exchange_seconds(ocean, ["r2"]) == 0.0  # one replica sends nothing
 
 
 def test_a_step_deals_its_microbatches_as_the_ledger_does() -> None:
@@ -28,7 +33,8 @@ def test_a_step_deals_its_microbatches_as_the_ledger_does() -> None:
     # (done at 2), the slow one 2 at 0 (done at 6), the fast one the last 1 at 2 (done at 3).
     assert atom_step_seconds([1.0, 3.0], 5, 2, exchange_s=0.5) == 6.5
     assert atom_step_seconds([1.0], 5, 2, exchange_s=0.0) == 5.0  # alone: every microbatch in turn
-    for bad in ({"per_microbatch": []}, {"microbatches": 0}, {"accumulation": True}):
+    for bad in ({"per_microbatch": []}, {"per_microbatch": [-1.0]}, {"microbatches": 0}, {"accumulation": True},
+                {"exchange_s": float("nan")}):
         with pytest.raises(ConfigError, match=next(iter(bad))):
             atom_step_seconds(**({"per_microbatch": [1.0], "microbatches": 1, "accumulation": 1, "exchange_s": 0.0}
                                  | bad))

@@ -61,7 +61,7 @@ class ActorFleet:
         self._beats = WorkerBeats()
         self._probes = Probes()  # direct checks of workers whose heartbeats stopped
         self._hung: set[str] = set()  # workers found hung: they host nothing new until they leave
-        self._joining: set[str] = set()  # workers joining the DHT: silent, not hung
+        self._joining: set[str] = set()  # workers answering a call of `ask_each` (a DHT join): silent, not hung
         try:
             self.here = host_toward(self.client.scheduler.address)  # this process's address toward the workers
             self._initial = set(self.workers())

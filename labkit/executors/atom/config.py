@@ -48,5 +48,6 @@ class AtomConfig:
                "boundary='none' with executor='atom' (no stage boundaries to compress)")
         _check(run.links is None, o, "links", run.links, "None with executor='atom' (no trainer-peer requests)")
         _check(run.world is None or (run.stages == 1 and run.peers_per_stage == (self.replicas,)), o, "world", run.world,
-               f"a world of one stage whose peers are the {self.replicas} replicas, with stages=1 and "
-               f"peers={self.replicas} (world_config(path, RunConfig(executor=AtomConfig())) makes that run)")
+               f"a world file of one stage whose peers are the replicas, in a run of stages=1, peers=atom.replicas "
+               f"(world_config(path, RunConfig(executor=AtomConfig())) makes it from such a file); this run has "
+               f"stages={run.stages}, peers={list(run.peers_per_stage)}, atom.replicas={self.replicas}")

@@ -34,8 +34,9 @@ class LocalReplicas:
     def heartbeats(self, replicas: Mapping[str, ReplicaPort], step: int) -> dict[str, int]:
         return {name: engine.round_samples for name, engine in replicas.items()}
 
-    def exchange(self, replicas: Sequence[str]) -> None:
-        """Nothing to wait for: the replicas' gradients are summed in this process."""
+    def exchange_seconds(self, replicas: Sequence[str]) -> float:
+        """0: the replicas' gradients are summed in this process."""
+        return 0.0
 
     def close(self) -> None:
         """Nothing to release: the replicas' threads end with the run."""

@@ -37,10 +37,10 @@ class ReplicaHost(Protocol):
     def heartbeats(self, replicas: Mapping[str, ReplicaPort], step: int) -> dict[str, int]:
         """Each replica's published count of samples processed in `step`."""
 
-    def exchange(self, replicas: Sequence[str]) -> None:
-        """Return once the global batch's gradients went round `replicas` (at once where nothing
-        carries them: in this process, or on Dask, where the actors' sum is taken here; in a world
-        after the ring all-reduce over its links, `labkit.executors.atom.world`)."""
+    def exchange_seconds(self, replicas: Sequence[str]) -> float:
+        """Seconds the global batch's gradients take to go round `replicas`, which the step waits
+        for: 0 where nothing carries them (in this process, or on Dask, where the actors' sum is
+        taken here); in a world the ring all-reduce over its links (`labkit.executors.atom.world`)."""
 
     def close(self) -> None:
         """Release what the replicas used (nothing in this process; a cluster on Dask)."""

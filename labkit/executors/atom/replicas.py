@@ -15,17 +15,16 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from labkit import events
 from labkit.config import RunConfig
+from labkit.executors.atom.heartbeats import HeartbeatCheck
 from labkit.executors.atom.ports import ReplicaHost, ReplicaLost, ReplicaPort
 from labkit.executors.atom.swap import Interrupted
 from labkit.runtime.core import fail_core, live_worker
-from labkit.swarm.deadline import BOUNDARY_FLOOR, Deadline
 from labkit.swarm.ledger import StepLedger, Task
 from labkit.swarm.sync import sum_over_peers
 
@@ -63,8 +62,7 @@ class AtomReplicas:
         self.started = False  # start() was called: a joiner's thread starts at once
         self._boundary: threading.Thread | None = None
         self._numbers = itertools.count()
-        self._disagree_since: float | None = None  # when the heartbeats began to disagree with the ledger
-        self._patience = Deadline(ceiling=cfg.peer_timeout, floor=BOUNDARY_FLOOR)  # how long they may: learnt
+        self._beats = HeartbeatCheck(ceiling=cfg.peer_timeout)  # the published counts against the ledger
         for _ in range(cfg.executor.replicas):
             self._spawn(state, None)
 
@@ -230,30 +228,20 @@ class AtomReplicas:
                 self.cond.notify_all()
 
     def _heartbeats_agree(self) -> bool:
-        """Whether every credited replica's heartbeat count equals its ledger credit (the global batch is
-        reached by the counts the replicas publish); a disagreement outlasting the patience learnt from
-        earlier ones (as a request deadline is, within [BOUNDARY_FLOOR, peer_timeout]) is a broken
-        invariant. Not `reconcile`'s case: a heartbeat is a count read from a DHT that lags ("not yet"),
-        and no replica holds an uncredited attempt (an iteration is credited whole or dropped whole)."""
-        credited = self.ledger.samples(0)
+        """Whether the replicas' published counts allow the step (`HeartbeatCheck`); a disagreement
+        outlasting its patience fails the run."""
         counts = self.host.heartbeats({r.name: r.engine for r in self.live()}, self.ledger.step)
-        now = time.monotonic()
-        if all(counts.get(name) == n for name, n in credited.items()):
-            if self._disagree_since is not None:
-                self._patience.answered(now - self._disagree_since)
-            self._disagree_since = None
-            return True
-        self._disagree_since = self._disagree_since or now
-        if now - self._disagree_since > (patience := self._patience.seconds()):
-            apart = {name: (n, counts.get(name)) for name, n in credited.items() if counts.get(name) != n}
-            self.fail(RuntimeError(f"accounting broke at step {self.ledger.step}: (ledger credit, heartbeat count) "
-                                   f"disagree for {apart} for {patience:.1f} s"))
-        return False
+        try:
+            return self._beats.agree(self.ledger.step, self.ledger.samples(0), counts)
+        except RuntimeError as exc:
+            self.fail(exc)
+            return False
 
     def _step(self) -> None:
-        """Sum the credited replicas' gradients; every live replica applies the same step. A
-        credited replica lost while its gradient is fetched abandons the step (its samples are
-        recomputed); one lost while the step is applied is dropped and the others go on."""
+        """Sum the credited replicas' gradients (in a world, then wait for their ring over its links,
+        the lock released); every live replica applies the same step. A credited replica lost while
+        its gradient is fetched or the ring runs abandons the step (its samples are recomputed);
+        one lost while the step is applied is dropped and the others go on."""
         credited = self.ledger.samples(0)
         grads = []
         for name in sorted(credited):
@@ -263,13 +251,15 @@ class AtomReplicas:
                 self._drop(name, str(exc))
                 raise
         total = sum_over_peers(grads)
-        self.host.exchange([r.name for r in self.live()])  # in a world: the ring over its links
         loss, step = self.ledger.loss(), self.ledger.step
         if not math.isfinite(loss):
             self.diverged = f"step {step}: the loss is {loss}"
             self.emit(events.run(self.clock(), state="diverged", reason=self.diverged))
             self.stopping = True
             return
+        if (ring := self.host.exchange_seconds([r.name for r in self.live()])) and (  # a world's: the lock is free
+                self.cond.wait_for(lambda: self.stopping, ring) or self.ledger.samples(0) != credited):
+            return  # stopped during the ring, or a credited replica left: its samples are done again
         for replica in self.live():
             try:
                 replica.engine.apply(total, step)

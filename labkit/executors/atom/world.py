@@ -3,11 +3,13 @@ round the world's links.
 
 Replica r sits where the world places stage 0's r-th peer (`s0p{r}`; a joiner where the world's
 joiners sit) and computes the run's model for real, then holds each iteration until its device
-would have finished the world's whole model for those microbatches (`labkit.sim.atom_world`, by
-the simulator's own cost model). An iteration whose real compute took longer is an overrun,
-reported as an `atom_overrun` setting. At every global batch the step waits, lock held as a
-blocking collective does, for the ring all-reduce of the world's model over the live replicas'
-links. A one-stage run: `world_config(path, RunConfig(executor=AtomConfig()))` makes it.
+would have finished the world's whole model for those microbatches (the simulator's service times
+of a one-stage world, `runtime.pacing.device_table`; the file's `service_cv` draws no noise here).
+An iteration whose real compute took longer is an overrun, reported as an `atom_overrun` setting.
+At every global batch the step waits, the run's lock released, for as long as the ring all-reduce
+of the world's model's fp16 gradients (not less the file's `compression`) over the live replicas'
+links would take (`labkit.sim.pipelines.ring_allreduce_s`): a wait, no bytes cross an emulated link.
+A one-stage run: `world_config(path, RunConfig(executor=AtomConfig()))` makes it.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from labkit.executors.atom.local import LocalReplicas
 from labkit.executors.atom.swap import Interrupted
 from labkit.runtime.links import load_links, peer_device, peer_region
 from labkit.runtime.pacing import device_table, world_costs
-from labkit.sim.atom_world import WIRE_BYTES, ring_allreduce_seconds
 from labkit.sim.links import region_link
+from labkit.sim.pipelines import ring_allreduce_s
 from labkit.sim.scenario import SimScenario
+from labkit.sim.world import GRAD_BYTES
 from labkit.swarm.ledger import Task
 
 
@@ -45,10 +48,12 @@ def microbatch_seconds(scenario: SimScenario, replica: str) -> float:
 
 
 def exchange_seconds(scenario: SimScenario, replicas: Sequence[str]) -> float:
-    """The ring all-reduce of the world's model's gradients over `replicas`, in that order."""
+    """The ring all-reduce of the world's model's gradients over `replicas`, in that order: each of
+    its 2(N - 1) steps at the ring's longest one-way latency and lowest bandwidth."""
     regions = [peer_region(scenario, place(r)) for r in replicas]
     hops = [region_link(scenario, a, b) for a, b in zip(regions, regions[1:] + regions[:1])]
-    return ring_allreduce_seconds(hops, world_costs(scenario).stage_params[0] * WIRE_BYTES)
+    return ring_allreduce_s(world_costs(scenario).stage_params[0] * GRAD_BYTES, len(replicas),
+                            8.0 * min(rate for _, rate in hops), max(rtt for rtt, _ in hops) / 2)
 
 
 class PacedReplica:
@@ -61,9 +66,12 @@ class PacedReplica:
 
     @property
     def round_samples(self) -> int:
+        """The engine's samples since the last step (its heartbeat count)."""
         return self.engine.round_samples
 
     def iteration(self, tasks: Sequence[Task]) -> list[float]:
+        """The engine's iteration, then held until the device's time for `len(tasks)` microbatches;
+        raises `Interrupted` if interrupted meanwhile."""
         started = time.perf_counter()
         losses = self.engine.iteration(tasks)
         left = len(tasks) * self.seconds - (time.perf_counter() - started)
@@ -75,19 +83,24 @@ class PacedReplica:
         return losses
 
     def gradients(self) -> list[torch.Tensor]:
+        """The engine's gradient sums (the ring's time is the step's, not this call's)."""
         return self.engine.gradients()
 
     def apply(self, total: Sequence[torch.Tensor], step: int) -> None:
+        """The engine takes the step every replica takes."""
         self.engine.apply(total, step)
 
     def state(self) -> dict[str, Any]:
+        """The engine's parameters and optimizer state (what a joiner starts from)."""
         return self.engine.state()
 
     def interrupt(self) -> None:
+        """End the iteration under way, held or computing (a stop, or a kill)."""
         self._interrupted.set()
         self.engine.interrupt()
 
     def close(self) -> None:
+        """Close the engine."""
         self.engine.close()
 
 
@@ -105,8 +118,10 @@ class WorldReplicas(LocalReplicas):
             "exchange_s": exchange_seconds(self.scenario, names)}))
 
     def spawn(self, name: str, state: Mapping[str, Any] | None, source: Any, step: int) -> PacedReplica:
+        """Replica `name` (from `state`, or a copy of live replica `source`'s) on its seat's device."""
         engine = super().spawn(name, state, None if source is None else source.engine, step)
         return PacedReplica(name, engine, microbatch_seconds(self.scenario, name), self.emit, self.clock)
 
-    def exchange(self, replicas: Sequence[str]) -> None:
-        time.sleep(exchange_seconds(self.scenario, replicas))
+    def exchange_seconds(self, replicas: Sequence[str]) -> float:
+        """The ring all-reduce over `replicas`' links (`exchange_seconds`), which the step waits for."""
+        return exchange_seconds(self.scenario, replicas)

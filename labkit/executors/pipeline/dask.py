@@ -78,7 +78,7 @@ class DaskStages:
         self.fleet = ActorFleet(cfg, scheduler, host, PeerDied)
         self.dashboard = self.fleet.dashboard
         try:
-            self.unused = self.fleet.probe()  # hung workers, left out before any actor is placed
+            self.left_out = self.fleet.probe()  # hung workers, left out before any actor is placed
         except BaseException:
             self.fleet.close()
             raise

@@ -8,7 +8,8 @@ load_state, ...) and waits for each; a request to a killed peer fails with `Peer
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,7 +37,7 @@ class StageHost(Protocol):
     """Where a run's peers live: threads of this process, or actors on the workers of a Dask cluster."""
 
     dashboard: str | None  # where its workers are watched (Dask's dashboard), if anywhere
-    unused: dict[str, str]  # workers it leaves unused (hung at the launch), each with why
+    left_out: Mapping[str, str]  # workers it leaves unused (hung at the launch), each with why
 
     def spawn(self, name: str, stage: int, state: dict[str, Any], place: str) -> StagePort:
         """Start peer `name` of `stage` holding `state` (parameters and optimizer state), in a world
@@ -80,7 +81,7 @@ class LocalStages:
     """Peers as `StagePeer`s of this process, each served by a thread of its own."""
 
     dashboard = None  # threads of this process: no dashboard
-    unused: dict[str, str] = {}  # no workers to leave out
+    left_out: Mapping[str, str] = MappingProxyType({})  # no workers to leave out
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg

@@ -23,7 +23,7 @@ def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | P
               emit: Callable[[events.Event], None], clock: Callable[[], float]) -> PipelineCore:
         sampler = WindowSampler(corpus.train, cfg.model.seq_len, cfg.seed)
         host = hosts(cfg)
-        for worker, why in host.unused.items():
+        for worker, why in host.left_out.items():
             emit(events.worker_unused(clock(), worker, why))
         return PipelineCore(cfg, sampler, emit, clock, [dict(s) for s in states], host, step)
 

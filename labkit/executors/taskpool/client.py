@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,7 +86,7 @@ class LocalClients:
     """Clients as computers in this process (each fed by a thread of the run)."""
 
     dashboard = None  # threads of this process: no dashboard
-    unused: dict[str, str] = {}  # no workers to leave out
+    left_out: Mapping[str, str] = MappingProxyType({})  # no workers to leave out
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg

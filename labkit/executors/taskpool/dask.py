@@ -82,7 +82,7 @@ class DaskClients:
         self.fleet = ActorFleet(cfg, scheduler, host, ClientLost)
         self.dashboard = self.fleet.dashboard
         try:
-            self.unused = self.fleet.probe()  # hung workers, left out before any actor is placed
+            self.left_out = self.fleet.probe()  # hung workers, left out before any actor is placed
         except BaseException:
             self.fleet.close()
             raise

@@ -31,7 +31,7 @@ class ClientHost(Protocol):
     """Where clients live: threads of this process, or actors on the workers of a Dask cluster."""
 
     dashboard: str | None  # where its workers are watched (Dask's dashboard), if anywhere
-    unused: dict[str, str]  # workers it leaves unused (hung at the launch), each with why
+    left_out: Mapping[str, str]  # workers it leaves unused (hung at the launch), each with why
 
     def spawn(self, name: str, stage: int, params: Mapping[str, torch.Tensor]) -> ClientPort:
         """Start client `name` of `stage` computing with `params`."""

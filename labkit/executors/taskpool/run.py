@@ -27,7 +27,7 @@ def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | P
               emit: Callable[[events.Event], None], clock: Callable[[], float]) -> TaskPoolCore:
         sampler = WindowSampler(corpus.train, cfg.model.seq_len, cfg.seed)
         host = clients(cfg)
-        for worker, why in host.unused.items():
+        for worker, why in host.left_out.items():
             emit(events.worker_unused(clock(), worker, why))
         try:
             return TaskPoolCore(cfg, sampler, emit, clock, [dict(s) for s in states], host, step)

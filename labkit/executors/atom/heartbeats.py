@@ -1,0 +1,37 @@
+"""ATOM's global-batch rule on the counts replicas publish (the ATOM paper, §III-E): a step is taken
+once every credited replica's heartbeat count equals its ledger credit. A heartbeat is a count read
+from a DHT that lags, so a disagreement is first "not yet"; one outlasting the patience learnt from
+the disagreements that ended (as a request deadline is learnt, within [BOUNDARY_FLOOR, ceiling]) is
+a broken invariant. Not `reconcile`'s case: no replica holds an uncredited attempt (an iteration is
+credited whole or dropped whole)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from labkit.swarm.deadline import BOUNDARY_FLOOR, Deadline
+
+
+class HeartbeatCheck:
+    """Whether the published counts agree with the ledger, and for how long they may not."""
+
+    def __init__(self, ceiling: float) -> None:
+        self._since: float | None = None  # when the counts began to disagree with the ledger
+        self._patience = Deadline(ceiling=ceiling, floor=BOUNDARY_FLOOR)  # how long they may: learnt
+
+    def agree(self, step: int, credited: Mapping[str, int], counts: Mapping[str, int]) -> bool:
+        """True when every credited replica's count equals its credit; raises RuntimeError once
+        they have disagreed for longer than the patience."""
+        now = time.monotonic()
+        if all(counts.get(name) == n for name, n in credited.items()):
+            if self._since is not None:
+                self._patience.answered(now - self._since)
+            self._since = None
+            return True
+        self._since = self._since or now
+        if now - self._since > (patience := self._patience.seconds()):
+            apart = {name: (n, counts.get(name)) for name, n in credited.items() if counts.get(name) != n}
+            raise RuntimeError(f"accounting broke at step {step}: (ledger credit, heartbeat count) disagree for "
+                               f"{apart} for {patience:.1f} s")
+        return False
