@@ -4,6 +4,8 @@ parse the common `--out` flag."""
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,24 @@ def run_all(configs: dict[str, RunConfig]) -> dict[str, dict[str, Any]]:
             raise RuntimeError(f"{name}: {summary}")
         results[name] = summary
     return results
+
+
+def run_world(name: str, spec: dict[str, Any], base: RunConfig, folder: Path,
+              timeout: float = 1800) -> tuple[RunConfig, list[dict[str, Any]], float]:
+    """Write world `spec` to a file in `folder`, run it to the end on `base` (`world_config`),
+    and return its config, its events and the median seconds between its steps."""
+    from labkit.runtime.world import world_config
+
+    path = folder / f"{name.replace(' ', '_')}.json"
+    path.write_text(json.dumps(spec))
+    cfg = world_config(str(path), base)
+    run = labkit.launch(cfg)
+    summary = run.wait(timeout)
+    if summary["status"] != "finished":
+        raise RuntimeError(f"{name}: {summary}")
+    events = run.events.history()
+    times = [e["t"] for e in events if e["type"] == "step"]
+    return cfg, events, statistics.median(b - a for a, b in zip(times, times[1:]))
 
 
 def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:

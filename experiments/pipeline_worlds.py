@@ -25,15 +25,13 @@ from typing import Any
 
 from tqdm import tqdm
 
-import labkit
-from experiments._runs import parse_with_out, print_table
+from experiments._runs import parse_with_out, print_table, run_world
 from labkit.config import RunConfig
 from labkit.executors.pipeline.config import PipelineConfig
 from labkit.pipeline.schedule import deal, stage_order
 from labkit.lab.worlds import boundary_gaps, codec_compression
 from labkit.runtime.links import load_links, peer_device, peer_region
 from labkit.runtime.pacing import device_table, payload_scale
-from labkit.runtime.world import world_config
 from labkit.sim.lanes import lane_seconds
 from labkit.sim.links import region_link
 
@@ -81,16 +79,9 @@ def predicted_lanes(cfg: RunConfig) -> list[float]:
 
 
 def one(name: str, spec: dict[str, Any], schedule: str, steps: int, folder: Path) -> dict[str, Any]:
-    path = folder / f"{name.replace(' ', '_')}.json"
-    path.write_text(json.dumps(spec))
-    cfg = world_config(str(path), RunConfig(executor=PipelineConfig(schedule=schedule), steps=steps, eval_every=0))
-    run = labkit.launch(cfg)
-    summary = run.wait(600)
-    if summary["status"] != "finished":
-        raise RuntimeError(f"{name}: {summary}")
-    events = run.events.history()
-    times = [e["t"] for e in events if e["type"] == "step"]
-    real = statistics.median(b - a for a, b in zip(times, times[1:]))
+    """World `spec` run for real with `schedule` and predicted: seconds a step, both ways."""
+    cfg, events, real = run_world(name, spec, RunConfig(executor=PipelineConfig(schedule=schedule), steps=steps,
+                                                        eval_every=0), folder)
     lanes, gap = predicted_lanes(cfg), statistics.median(boundary_gaps(events))
     sim = max(lanes) + gap
     return {"world": name, "peers": sum(cfg.peers_per_stage), "real_s": real, "sim_s": sim, "lanes_s": lanes,

@@ -27,8 +27,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-import labkit
-from experiments._runs import parse_with_out, print_table
+from experiments._runs import parse_with_out, print_table, run_world
 from experiments.pipeline_worlds import one as pipeline_world
 from experiments.sim_vs_real import base_config, compare
 from labkit import AtomConfig
@@ -167,19 +166,12 @@ def four_t4s(stages: int, microbatches: int) -> dict[str, Any]:
 
 def atom_world_step(fields: dict[str, Any], steps: int, folder: Path) -> dict[str, float]:
     """An ATOM world run for real and predicted: median seconds a step, and the overruns."""
-    path = folder / "atom_world.json"
-    path.write_text(json.dumps(fields))
-    cfg = world_config(str(path), base_config(steps).replace(executor=AtomConfig(accumulation=2)))
-    run = labkit.launch(cfg)
-    summary = run.wait(1800)
-    if summary["status"] != "finished":
-        raise RuntimeError(f"{fields['name']}: {summary}")
-    history = run.events.history()
-    times = [e["t"] for e in history if e["type"] == "step"]
+    cfg, history, real = run_world(fields["name"], fields, base_config(steps).replace(executor=AtomConfig(accumulation=2)),
+                                   folder)
     scenario, names = load_links(cfg), [f"r{k}" for k in range(cfg.executor.replicas)]
     sim = atom_step_seconds([microbatch_seconds(scenario, r) for r in names], cfg.microbatches_per_step,
                             cfg.executor.accumulation, exchange_seconds(scenario, names))
-    return {"real_s": statistics.median(b - a for a, b in zip(times, times[1:])), "sim_s": sim,
+    return {"real_s": real, "sim_s": sim,
             "overruns": sum(e["type"] == "setting" and e["name"] == "atom_overrun" for e in history)}
 
 
