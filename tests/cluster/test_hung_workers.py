@@ -1,6 +1,7 @@
 """A hung worker under ATOM, the task pool and the synchronous pipeline on Dask: SIGSTOP, not
 SIGKILL, so its sockets stay open and nothing fails; it only never answers. The fleet sees its
-heartbeats to the scheduler stop, checks it directly, and loses it as if it had left: calls
+heartbeats to the scheduler stop, checks it directly, and loses it as if it had left (or, under
+ATOM, the run may first drop the replica whose DHT heartbeat went silent): calls
 waiting on it fail, the executor drops it (the pipeline waits for add_peer), and training still
 equals the single-process loop (float64). SWARM's hung peers and trainers: test_dask_faults.py.
 
@@ -65,7 +66,9 @@ def test_a_hung_worker_is_lost_within_its_bound_and_training_stays_exact(own_clu
         run.stop()
     summary = run.wait(120)
     assert summary["status"] == "stopped", summary
-    assert event["reason"].endswith("(hung)") and lost < HUNG_WORKER_SECONDS, (round(lost, 1), event["reason"])
+    # ATOM may find it first by its heartbeats: a record on the hung worker's own DHT node is unreadable (silent)
+    found = ("(hung)", "(silent)") if executor == "atom" else ("(hung)",)
+    assert event["reason"].endswith(found) and lost < HUNG_WORKER_SECONDS, (round(lost, 1), event["reason"])
     stages = 1 if executor == "atom" else cfg.stages  # ATOM's replicas hold the whole model
     for step in run.events.history("step"):  # every step summed the global batch at every stage
         assert step.get("stage_samples", [step["samples"]]) == [cfg.global_batch] * stages, step

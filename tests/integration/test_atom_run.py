@@ -146,3 +146,34 @@ def test_heartbeats_that_disagree_longer_than_the_learnt_patience_stop_the_run()
     assert "disagree for {'r1': (" in broke["reason"], broke
     waited = broke["t"] - last_step["t"]
     assert 5.0 <= waited < 15.0, f"the run failed {waited:.1f} s after the last step (patience learnt from 0.3 s lags)"
+
+
+class SilentHeartbeats(LocalReplicas):
+    """In-process replicas whose DHT loses r1's heartbeats from step `gone` on (r1 still computes:
+    a replica cut off from the DHT, or hung, as the coordinator sees it)."""
+
+    def __init__(self, *args, gone: int) -> None:
+        super().__init__(*args)
+        self.gone = gone
+
+    def heartbeats(self, replicas, step: int) -> dict[str, int]:
+        return {n: c for n, c in super().heartbeats(replicas, step).items() if not (n == "r1" and step >= self.gone)}
+
+
+def test_a_replica_whose_heartbeats_stop_is_dropped_and_the_run_stays_exact() -> None:
+    """Heartbeats that stop arriving from one replica while the others' still do: after the
+    patience (here its first-use ceiling, `peer_timeout` 6 s) that replica is dropped as silent,
+    its microbatches are done again by the others, and training equals the plain loop."""
+    cfg = CFG.replace(executor=AtomConfig(replicas=3, accumulation=2), peer_timeout=6.0)
+    run = launch_atom(cfg, hosts=lambda *a: SilentHeartbeats(*a, gone=2))
+    summary = run.wait(timeout=120)
+    assert summary["status"] == "finished", summary
+    dropped = [e for e in run.events.history("peer") if e["state"] == "killed"]
+    assert [e["peer"] for e in dropped] == ["r1"] and dropped[0]["reason"].endswith("(silent)"), dropped
+    assert "no heartbeat of step 2 reached the DHT" in dropped[0]["reason"], dropped
+    steps = run.events.history("step")
+    assert [e["samples"] for e in steps] == [cfg.global_batch] * cfg.steps
+    reference, losses = train_reference(cfg, WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed))
+    got = run.snapshot().result().stages[0]["params"]
+    assert max(float((got[k] - v).abs().max()) for k, v in reference.state_dict().items()) <= 1e-10
+    assert [e["loss"] for e in steps] == pytest.approx(losses, rel=1e-9)

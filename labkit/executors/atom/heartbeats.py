@@ -2,8 +2,10 @@
 once every credited replica's heartbeat count equals its ledger credit. A heartbeat is a count read
 from a DHT that lags, so a disagreement is first "not yet"; one outlasting the patience learnt from
 the disagreements that ended (as a request deadline is learnt, within [BOUNDARY_FLOOR, ceiling]) is
-a broken invariant. Not `reconcile`'s case: no replica holds an uncredited attempt (an iteration is
-credited whole or dropped whole)."""
+a broken invariant, unless the only replicas apart are silent ones (no count of this step at all)
+while others' counts arrive: those replicas stopped publishing (hung, or cut off from the DHT), and
+the run goes on without them (`Silent`). Not `reconcile`'s case: no replica holds an uncredited
+attempt (an iteration is credited whole or dropped whole)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,14 @@ import time
 from collections.abc import Mapping
 
 from labkit.swarm.deadline import BOUNDARY_FLOOR, Deadline
+
+
+class Silent(Exception):
+    """Credited replicas whose heartbeats stopped arriving while the others' still do."""
+
+    def __init__(self, replicas: list[str], reason: str) -> None:
+        super().__init__(f"{replicas}: {reason}")
+        self.replicas, self.reason = replicas, reason
 
 
 class HeartbeatCheck:
@@ -21,8 +31,9 @@ class HeartbeatCheck:
         self._patience = Deadline(ceiling=ceiling, floor=BOUNDARY_FLOOR)  # how long they may: learnt
 
     def agree(self, step: int, credited: Mapping[str, int], counts: Mapping[str, int]) -> bool:
-        """True when every credited replica's count equals its credit; raises RuntimeError once
-        they have disagreed for longer than the patience."""
+        """True when every credited replica's count equals its credit. Once they have disagreed for
+        longer than the patience: `Silent` when every replica apart published no count of `step`
+        and some credited replica did, else RuntimeError."""
         now = time.monotonic()
         if all(counts.get(name) == n for name, n in credited.items()):
             if self._since is not None:
@@ -32,6 +43,10 @@ class HeartbeatCheck:
         self._since = self._since or now
         if now - self._since > (patience := self._patience.seconds()):
             apart = {name: (n, counts.get(name)) for name, n in credited.items() if counts.get(name) != n}
+            if all(count is None for _, count in apart.values()) and len(apart) < len(credited):
+                self._since = None  # not a disagreement that ended: nothing to learn from
+                raise Silent(sorted(apart), f"no heartbeat of step {step} reached the DHT in {patience:.1f} s while "
+                                            f"the other replicas' did (silent)")
             raise RuntimeError(f"accounting broke at step {step}: (ledger credit, heartbeat count) disagree for "
                                f"{apart} for {patience:.1f} s")
         return False

@@ -21,7 +21,7 @@ from typing import Any
 
 from labkit import events
 from labkit.config import RunConfig
-from labkit.executors.atom.heartbeats import HeartbeatCheck
+from labkit.executors.atom.heartbeats import HeartbeatCheck, Silent
 from labkit.executors.atom.ports import ReplicaHost, ReplicaLost, ReplicaPort
 from labkit.executors.atom.swap import Interrupted
 from labkit.runtime.core import fail_core, live_worker
@@ -229,13 +229,16 @@ class AtomReplicas:
 
     def _heartbeats_agree(self) -> bool:
         """Whether the replicas' published counts allow the step (`HeartbeatCheck`); a disagreement
-        outlasting its patience fails the run."""
+        outlasting its patience drops the replicas gone silent, or else fails the run."""
         counts = self.host.heartbeats({r.name: r.engine for r in self.live()}, self.ledger.step)
         try:
             return self._beats.agree(self.ledger.step, self.ledger.samples(0), counts)
+        except Silent as silent:  # their credits are withdrawn and their microbatches done again
+            for name in silent.replicas:
+                self.lost(name, silent.reason)
         except RuntimeError as exc:
             self.fail(exc)
-            return False
+        return False
 
     def _step(self) -> None:
         """Sum the credited replicas' gradients (in a world, then wait for their ring over its links,
