@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 import labkit
 from labkit.config import RunConfig
+from labkit.runtime.world import world_config
 
 
 def run_all(configs: dict[str, RunConfig]) -> dict[str, dict[str, Any]]:
@@ -30,8 +31,6 @@ def run_world(name: str, spec: dict[str, Any], base: RunConfig, folder: Path,
               timeout: float = 1800) -> tuple[RunConfig, list[dict[str, Any]], float]:
     """Write world `spec` to a file in `folder`, run it to the end on `base` (`world_config`),
     and return its config, its events and the median seconds between its steps."""
-    from labkit.runtime.world import world_config
-
     path = folder / f"{name.replace(' ', '_')}.json"
     path.write_text(json.dumps(spec))
     cfg = world_config(str(path), base)

@@ -80,8 +80,8 @@ def predicted_lanes(cfg: RunConfig) -> list[float]:
 
 def one(name: str, spec: dict[str, Any], schedule: str, steps: int, folder: Path) -> dict[str, Any]:
     """World `spec` run for real with `schedule` and predicted: seconds a step, both ways."""
-    cfg, events, real = run_world(name, spec, RunConfig(executor=PipelineConfig(schedule=schedule), steps=steps,
-                                                        eval_every=0), folder)
+    base = RunConfig(executor=PipelineConfig(schedule=schedule), steps=steps, eval_every=0)
+    cfg, events, real = run_world(name, spec, base, folder, timeout=600)
     lanes, gap = predicted_lanes(cfg), statistics.median(boundary_gaps(events))
     sim = max(lanes) + gap
     return {"world": name, "peers": sum(cfg.peers_per_stage), "real_s": real, "sim_s": sim, "lanes_s": lanes,

@@ -166,8 +166,8 @@ def four_t4s(stages: int, microbatches: int) -> dict[str, Any]:
 
 def atom_world_step(fields: dict[str, Any], steps: int, folder: Path) -> dict[str, float]:
     """An ATOM world run for real and predicted: median seconds a step, and the overruns."""
-    cfg, history, real = run_world(fields["name"], fields, base_config(steps).replace(executor=AtomConfig(accumulation=2)),
-                                   folder)
+    base = base_config(steps).replace(executor=AtomConfig(accumulation=2))
+    cfg, history, real = run_world(fields["name"], fields, base, folder)
     scenario, names = load_links(cfg), [f"r{k}" for k in range(cfg.executor.replicas)]
     sim = atom_step_seconds([microbatch_seconds(scenario, r) for r in names], cfg.microbatches_per_step,
                             cfg.executor.accumulation, exchange_seconds(scenario, names))

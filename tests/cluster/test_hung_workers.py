@@ -66,9 +66,11 @@ def test_a_hung_worker_is_lost_within_its_bound_and_training_stays_exact(own_clu
         run.stop()
     summary = run.wait(120)
     assert summary["status"] == "stopped", summary
-    # ATOM may find it first by its heartbeats: a record on the hung worker's own DHT node is unreadable (silent)
+    # ATOM may find it first by its heartbeats: a hung replica's DHT record expires (ANNOUNCE_TTL) or goes unread (silent)
     found = ("(hung)", "(silent)") if executor == "atom" else ("(hung)",)
     assert event["reason"].endswith(found) and lost < HUNG_WORKER_SECONDS, (round(lost, 1), event["reason"])
+    if executor == "atom":  # and no healthy replica was taken for silent
+        assert [e["peer"] for e in run.events.history("peer") if e["state"] == "killed"] == [victim]
     stages = 1 if executor == "atom" else cfg.stages  # ATOM's replicas hold the whole model
     for step in run.events.history("step"):  # every step summed the global batch at every stage
         assert step.get("stage_samples", [step["samples"]]) == [cfg.global_batch] * stages, step

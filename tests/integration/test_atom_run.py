@@ -4,6 +4,7 @@ training, and one clear error for every verb that has no meaning without stages.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -170,7 +171,7 @@ def test_a_replica_whose_heartbeats_stop_is_dropped_and_the_run_stays_exact() ->
     assert summary["status"] == "finished", summary
     dropped = [e for e in run.events.history("peer") if e["state"] == "killed"]
     assert [e["peer"] for e in dropped] == ["r1"] and dropped[0]["reason"].endswith("(silent)"), dropped
-    assert "no heartbeat of step 2 reached the DHT" in dropped[0]["reason"], dropped
+    assert re.search(r"no heartbeat of step \d+ was read", dropped[0]["reason"]), dropped  # step >= 2: as r1 gets work
     steps = run.events.history("step")
     assert [e["samples"] for e in steps] == [cfg.global_batch] * cfg.steps
     reference, losses = train_reference(cfg, WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed))

@@ -28,25 +28,32 @@ class HeartbeatCheck:
 
     def __init__(self, ceiling: float) -> None:
         self._since: float | None = None  # when the counts began to disagree with the ledger
+        self._heard: set[str] = set()  # replicas whose count of the step was read since then
         self._patience = Deadline(ceiling=ceiling, floor=BOUNDARY_FLOOR)  # how long they may: learnt
 
+    def reset(self) -> None:
+        """Forget the disagreement under way (the credits changed: a replica left), learning nothing."""
+        self._since, self._heard = None, set()
+
     def agree(self, step: int, credited: Mapping[str, int], counts: Mapping[str, int]) -> bool:
-        """True when every credited replica's count equals its credit. Once they have disagreed for
-        longer than the patience: `Silent` when every replica apart published no count of `step`
-        and some credited replica did, else RuntimeError."""
+        """True when every credited replica's count equals its credit (`counts` holds `step`'s
+        only). Once they have disagreed for longer than the patience: `Silent` when no count of the
+        step was read from any replica apart in all that time while some credited replica's was,
+        else RuntimeError."""
         now = time.monotonic()
         if all(counts.get(name) == n for name, n in credited.items()):
             if self._since is not None:
                 self._patience.answered(now - self._since)
-            self._since = None
+            self.reset()
             return True
         self._since = self._since or now
+        self._heard |= {name for name, count in counts.items() if count is not None}
         if now - self._since > (patience := self._patience.seconds()):
             apart = {name: (n, counts.get(name)) for name, n in credited.items() if counts.get(name) != n}
-            if all(count is None for _, count in apart.values()) and len(apart) < len(credited):
-                self._since = None  # not a disagreement that ended: nothing to learn from
-                raise Silent(sorted(apart), f"no heartbeat of step {step} reached the DHT in {patience:.1f} s while "
-                                            f"the other replicas' did (silent)")
+            if not (apart.keys() & self._heard) and credited.keys() & self._heard:
+                self.reset()  # not a disagreement that ended: nothing to learn from
+                raise Silent(sorted(apart), f"no heartbeat of step {step} was read in {patience:.1f} s while the other "
+                                            f"replicas' were (silent)")
             raise RuntimeError(f"accounting broke at step {step}: (ledger credit, heartbeat count) disagree for "
                                f"{apart} for {patience:.1f} s")
         return False

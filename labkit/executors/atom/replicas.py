@@ -122,6 +122,7 @@ class AtomReplicas:
         """Take replica `name` out (lock held): withdraw its credits, free its microbatches."""
         replica = self.replicas[name]
         replica.alive = False
+        self._beats.reset()  # its credits go: a disagreement under way no longer holds
         replica.engine.interrupt()
         for task in replica.tasks:  # its thread may still be computing them: they go to others now
             self.ledger.finish(task, {})
