@@ -61,7 +61,7 @@ class ActorFleet:
         self._beats = WorkerBeats()
         self._probes = Probes()  # direct checks of workers whose heartbeats stopped
         self._hung: set[str] = set()  # workers found hung: they host nothing new until they leave
-        self._joining: set[str] = set()  # workers answering a call of `ask_each` (a DHT join): silent, not hung
+        self._asked: set[str] = set()  # workers running a call of `ask_each` (a DHT join, a probe): silent, not hung
         try:
             self.here = host_toward(self.client.scheduler.address)  # this process's address toward the workers
             self._initial = set(self.workers())
@@ -98,7 +98,7 @@ class ActorFleet:
         once every call has ended or timed out."""
         asked = set(self.workers() if workers is None else workers)
         with self._lock:  # a call runs in the worker's event loop, which sends no heartbeat meanwhile
-            self._joining |= asked
+            self._asked |= asked
         try:
             calls = {w: in_background(partial(self.client.run, task, workers=[w])) for w in asked}
             deadline, hung, errors = time.monotonic() + timeout, {}, []
@@ -112,7 +112,7 @@ class ActorFleet:
                         errors.append(exc)
         finally:
             with self._lock:
-                self._joining -= asked
+                self._asked -= asked
         for worker, why in hung.items():
             self.hangs(worker, why)
         if errors:
@@ -217,7 +217,7 @@ class ActorFleet:
             with self._lock:
                 self._hung &= workers.keys()
                 left = {w: self._placed.pop(w) for w in list(self._placed) if w not in workers}
-                judged = workers.keys() - self._hung - self._joining
+                judged = workers.keys() - self._hung - self._asked
             for worker, handles in left.items():
                 self._lose(handles, f"its Dask worker {worker} left the cluster")
             silence = self._beats.update(workers, time.monotonic())
