@@ -30,8 +30,9 @@ from labkit.config import RunConfig
 from labkit.executors.pipeline.config import PipelineConfig
 from labkit.pipeline.schedule import deal, stage_order
 from labkit.lab.worlds import boundary_gaps, codec_compression
-from labkit.runtime.links import load_links, peer_device, peer_region
-from labkit.runtime.pacing import device_table, payload_scale
+from labkit.runtime.links import load_links
+from labkit.runtime.pacing import payload_scale
+from labkit.sim.seats import device_table, peer_device, peer_region
 from labkit.sim.lanes import lane_seconds
 from labkit.sim.links import region_link
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -28,13 +27,13 @@ import torch
 from labkit.config import ConfigError, RunConfig
 from labkit.runtime.ports import PeerHandle
 from labkit.runtime.request_queue import timing
-from labkit.sim.links import TokenBucket, join_group, region_link, stage_regions
+from labkit.sim.links import TokenBucket, region_link, stage_regions
 from labkit.sim.presets import WORLD_PRESETS
-from labkit.sim.scenario import PeerGroup, SimScenario
+from labkit.sim.scenario import SimScenario
+from labkit.sim.seats import peer_region
 from labkit.wire import Encoded
 from labkit.runtime.background import settle
 
-_PEER_NAME = re.compile(r"s(\d+)p(\d+)")
 
 
 def payload_bytes(value: Any) -> int:
@@ -182,27 +181,6 @@ class Links:
             if peer not in self._links:
                 self._links[peer] = Link(*region_link(self.scenario, self.origin, peer_region(self.scenario, peer)), self.scale)
             return self._links[peer]
-
-
-def _initial_group(scenario: SimScenario, peer: str) -> PeerGroup | None:
-    """The group of peer `peer` (named `s{stage}p{k}`) if it is its stage's k-th initial peer;
-    None for a peer added mid-run (a joiner)."""
-    m = _PEER_NAME.fullmatch(peer)
-    stage, k = (int(m[1]), int(m[2])) if m else (-1, -1)
-    groups = [g for g in scenario.peers if g.stage == stage for _ in range(g.count)]
-    return groups[k] if k < len(groups) else None
-
-
-def peer_region(scenario: SimScenario, peer: str) -> str:
-    """Where peer `peer` sits: its initial group's region, or the joiners' (`join_group`)."""
-    return (_initial_group(scenario, peer) or join_group(scenario)).region
-
-
-def peer_device(scenario: SimScenario, peer: str) -> str:
-    """The device preset peer `peer` emulates in a world: its initial group's, or for a joiner the
-    scenario's `join_device` (else the joiners' group's), as the simulator's joiners have."""
-    initial = _initial_group(scenario, peer)
-    return initial.device if initial else scenario.join_device or join_group(scenario).device
 
 
 class LinkedHandle:

@@ -19,23 +19,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from labkit.config import RunConfig
-from labkit.runtime.links import peer_device
-from labkit.sim.hardware import StageCosts, service_seconds, stage_costs
 from labkit.sim.scenario import SimScenario
-
-def world_costs(scenario: SimScenario) -> StageCosts:
-    """The simulator's per-stage costs of one of the world's microbatches: the world's model (what
-    its devices and links are timed for, which may be far larger than the stand-in the run
-    trains), microbatch, sequence length, checkpointing, compression and layer split."""
-    return stage_costs(model=scenario.model, stages=scenario.stages, microbatch=scenario.microbatch,
-                       seq_len=scenario.seq_len, checkpointing=scenario.checkpointing,
-                       compression=scenario.compression, split=scenario.layer_split)
-
-
-def device_table(scenario: SimScenario, device: str) -> tuple[list[float], list[float]]:
-    """(forward, backward) seconds per stage of one of the world's microbatches on `device`, by
-    the simulator's cost model (`world_costs`, `service_seconds`)."""
-    return service_seconds(world_costs(scenario), device, scenario.efficiency, scenario.overhead_ms)
+from labkit.sim.seats import device_table, peer_device, world_costs
 
 
 def payload_scale(cfg: RunConfig, scenario: SimScenario | None) -> float:

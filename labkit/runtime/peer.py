@@ -22,9 +22,10 @@ import torch.nn.functional as F
 from labkit.config import RunConfig, SyncConfig
 from labkit.model import Stage
 from labkit.runtime.diloco import OuterState
-from labkit.runtime.links import Links, load_links, peer_region
+from labkit.runtime.links import Links, load_links
 from labkit.runtime.optim import apply_step, make_optimizer
 from labkit.runtime.pacing import peer_pacing
+from labkit.sim.seats import peer_region
 from labkit.runtime.request_queue import RequestQueue
 from labkit.runtime.ring import IMMEDIATE, Mailbox, deliver
 from labkit.runtime.stage_step import StepTaking, unflatten

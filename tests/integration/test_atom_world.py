@@ -18,7 +18,7 @@ from labkit.data import WindowSampler, load_corpus
 from labkit.executors.atom.world import exchange_seconds, microbatch_seconds
 from labkit.model import assemble
 from labkit.runtime.links import load_links
-from labkit.runtime.pacing import device_table
+from labkit.sim.seats import device_table
 from labkit.runtime.reference import train_reference
 from labkit.runtime.world import world_config
 from labkit.sim.world import GRAD_BYTES

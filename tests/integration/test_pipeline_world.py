@@ -12,7 +12,8 @@ from pathlib import Path
 import labkit
 from labkit.config import ModelConfig, RunConfig
 from labkit.runtime.links import load_links
-from labkit.runtime.pacing import device_table, payload_scale
+from labkit.runtime.pacing import payload_scale
+from labkit.sim.seats import device_table
 from labkit.runtime.world import world_config
 from tests.integration.test_pipeline_run import assert_equals_reference
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from labkit.config import ConfigError, RunConfig
-from labkit.runtime.links import Links, load_links, peer_region
+from labkit.runtime.links import Links, load_links
+from labkit.sim.seats import peer_region
 from labkit.sim.links import TokenBucket, join_group, region_link, stage_regions
 from labkit.sim.scenario import Link, PeerGroup, SimScenario
 

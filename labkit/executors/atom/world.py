@@ -27,11 +27,11 @@ from labkit.data import Corpus
 from labkit.executors.atom.engine import ReplicaEngine
 from labkit.executors.atom.local import LocalReplicas
 from labkit.executors.atom.swap import Interrupted
-from labkit.runtime.links import load_links, peer_device, peer_region
-from labkit.runtime.pacing import device_table, world_costs
+from labkit.runtime.links import load_links
 from labkit.sim.links import region_link
 from labkit.sim.pipelines import ring_allreduce_s
 from labkit.sim.scenario import SimScenario
+from labkit.sim.seats import device_table, peer_device, peer_region, world_costs
 from labkit.sim.world import GRAD_BYTES
 from labkit.swarm.ledger import Task
 

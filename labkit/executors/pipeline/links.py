@@ -14,8 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from labkit.config import RunConfig
-from labkit.runtime.links import Link, load_links, peer_region
+from labkit.runtime.links import Link, load_links
 from labkit.runtime.pacing import payload_scale
+from labkit.sim.seats import peer_region
 from labkit.sim.links import region_link
 
 
