@@ -15,6 +15,15 @@ from typing import Any, ClassVar, Protocol
 
 
 
+def world_on_dask(run: Any, backend: str) -> str | None:
+    """Why a world cannot run on Dask for an executor that emulates its world's devices and links in
+    the run's process (ATOM's, the task pool's); None when it is not one."""
+    if backend == "dask" and run.world is not None:
+        return (f"world={run.world!r} is not allowed with executor={run.spec.name!r} and backend='dask': None "
+                f"(its world's virtual devices and links run in-process: backend='inprocess')")
+    return None
+
+
 @dataclass(frozen=True)
 class FormField:
     """One field of an executor's config as the lab's form shows it: `kind` says how its text
@@ -52,7 +61,6 @@ class ExecutorSpec:
     notice: str = ""  # what the lab's status line says first about a run of it (the verbs it greys out)
     server_roles: tuple[str, ...] = ()  # plan roles its config counts per stage (its fields); a plan's clients are its peers
     whatif: bool = False  # whether the lab's what-if (scaling up the measured peers in the simulator) applies
-    worlds: bool = False  # whether a run of it can live in a world (RunConfig.world: virtual devices, churn replayed)
     shape: Callable[[Any], str] = lambda run: ""  # a run's shape in a phrase ("2 stages x [2, 2] peers")
     workers: Callable[[Any], int] = lambda run: 0  # Dask workers its actors need (an embedded cluster starts these)
     held: Callable[[Any], list[tuple[int, int]]] = lambda run: []  # (parameters, copies) per stage held in memory

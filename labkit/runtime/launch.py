@@ -16,7 +16,7 @@ from labkit.config import RunConfig
 from labkit.model.memory import check_memory
 from labkit.runtime.handle import RunHandle
 from labkit.runtime.links import load_links
-from labkit.runtime.world import load_world, replay_churn
+from labkit.runtime.world import replay_churn
 
 BACKENDS = ("inprocess", "dask")
 
@@ -55,7 +55,7 @@ def launch(config: RunConfig, *, backend: str | None = None, scheduler: str | No
                          f"a scheduler address needs backend='dask'")
     if refusal := backend_refusal(config, backend):
         raise ValueError(refusal)
-    scenario = load_world(config) if config.world is not None else load_links(config)  # a bad file fails here, first
+    scenario = load_links(config)  # the world or links file: a bad one fails here, first
     if backend == "inprocess":  # every peer in this process: refused with an estimate, not OOM-killed
         check_memory(config, psutil.virtual_memory().available)
     module, name = config.spec.launch[backend].split(":")

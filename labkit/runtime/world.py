@@ -18,23 +18,12 @@ from typing import Any
 import numpy as np
 
 from labkit import events
-from labkit.config import ConfigError, RunConfig
-from labkit.executors.registry import SPECS
+from labkit.config import RunConfig
 from labkit.kernels.fluid import pick_leaver
 from labkit.runtime.handle import RunHandle
-from labkit.runtime.links import load_links, read_scenario
+from labkit.runtime.links import read_scenario
 from labkit.sim.scenario import SimScenario
 from labkit.sim.world import build_world
-
-
-def load_world(cfg: RunConfig) -> SimScenario:
-    """`cfg.world` read and checked against the run's shape (as `load_links` checks a links
-    file); only for an executor whose spec says its runs live in worlds (SWARM's, the pipeline's, ATOM's)."""
-    if not cfg.spec.worlds:
-        raise ConfigError("RunConfig", "world", cfg.world, f"a world for an executor whose peers live in one "
-                          f"({[n for n, spec in SPECS.items() if spec.worlds]}; this run's {cfg.spec.name!r} has no "
-                          f"virtual devices and no churn to replay)")
-    return load_links(cfg)
 
 
 def world_config(path: str, base: RunConfig | None = None) -> RunConfig:

@@ -11,8 +11,9 @@ import pytest
 
 import labkit
 from labkit.config import ConfigError, ModelConfig, RunConfig
-from labkit.runtime.links import load_links, peer_device, peer_region
-from labkit.runtime.pacing import device_table, payload_scale
+from labkit.runtime.links import load_links
+from labkit.runtime.pacing import payload_scale
+from labkit.sim.seats import device_table, peer_device, peer_region
 from labkit.lab.worlds import measure, simulate_like
 from labkit.runtime.world import world_config
 from labkit.sim import SimScenario
@@ -100,9 +101,6 @@ def test_a_bad_world_is_one_clear_error(small_run: RunConfig, tmp_path: Path) ->
         world_config("nowhere")
     with pytest.raises(ConfigError, match="world.*a scenario with the run's 2 stages of \\[3, 3\\] peers"):
         labkit.launch(world_run(small_run, world).replace(peers=3))
-    with pytest.raises(ConfigError, match=r"world.*for an executor whose peers live in one \(\['swarm', 'atom', 'pipeline'\]; this "
-                                          r"run's 'taskpool'"):
-        labkit.launch(world_run(small_run, world).replace(executor="taskpool"))
 
 
 def test_a_moved_peer_keeps_its_region_and_device_under_its_new_name(small_run: RunConfig, tmp_path: Path) -> None:

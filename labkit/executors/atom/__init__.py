@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from labkit.executors.atom.config import DEVICES, AtomConfig
-from labkit.executors.spec import ExecutorSpec, FormField
+from labkit.executors.spec import ExecutorSpec, FormField, world_on_dask
 
 REFUSED = {
     "move_peer": "every replica holds the whole model: there is no stage to move it to",
@@ -32,9 +32,8 @@ def one_stage(run: Any) -> Any:
 def backend_refusal(run: Any, backend: str) -> str | None:
     """On Dask each replica computes on its worker's GPU when it has one: `device` is for in-process
     runs; so are worlds (their replicas' devices and links are emulated in this process)."""
-    if backend == "dask" and run.world is not None:
-        return (f"world={run.world!r} is not allowed with executor='atom' and backend='dask': None (an ATOM world's "
-                f"virtual devices and links run in-process: backend='inprocess')")
+    if refusal := world_on_dask(run, backend):
+        return refusal
     if backend == "dask" and run.executor.device != "cpu":
         return (f"atom.device={run.executor.device!r} is not allowed with backend='dask': 'cpu' (on Dask each "
                 f"replica computes on its worker's GPU when the worker has one, as SWARM peers do)")
@@ -60,6 +59,5 @@ SPEC = ExecutorSpec(
     in_flight=lambda run: run.executor.replicas * run.executor.accumulation,
     backend_refusal=backend_refusal,
     record=one_stage,
-    worlds=True,  # replica r on the device of the world's s0p{r}, the ring over their links (world.py)
     from_world=replicas_of_world,
 )

@@ -44,5 +44,4 @@ SPEC = ExecutorSpec(
     workers=lambda run: sum(run.peers_per_stage),
     held=lambda run: stage_copies(run, extra=1),  # the driver keeps each stage's last committed state
     in_flight=held_microbatches,
-    worlds=True,  # lane r's peers on the r-th peer's device of each stage, behind the links between them (links.py)
 )

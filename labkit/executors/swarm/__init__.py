@@ -32,5 +32,4 @@ SPEC = ExecutorSpec(
     held=stage_copies,
     in_flight=lambda run: run.trainers * run.inflight,
     whatif=True,
-    worlds=True,
 )

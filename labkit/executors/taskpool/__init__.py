@@ -3,7 +3,7 @@ and unreliable clients (the stage's peers); a task pool takes over a vanished cl
 
 from __future__ import annotations
 
-from labkit.executors.spec import ExecutorSpec, FormField
+from labkit.executors.spec import ExecutorSpec, FormField, world_on_dask
 from labkit.executors.swarm import stage_copies
 from labkit.executors.taskpool.config import TaskPoolConfig
 
@@ -14,6 +14,8 @@ REFUSED = {
     "set_compression": "slices cross stages through the servers as they are: there is no wire codec",
     "set_sync": "the servers aggregate every pass (the task pool paper's rule)",
 }
+
+
 
 SPEC = ExecutorSpec(
     name=TaskPoolConfig.name,
@@ -33,4 +35,5 @@ SPEC = ExecutorSpec(
     workers=lambda run: sum(run.peers_per_stage),
     held=lambda run: stage_copies(run, extra=1),  # the servers shard one master copy between them
     in_flight=lambda run: run.trainers * run.inflight,
+    backend_refusal=world_on_dask,  # its world's devices and links are emulated in-process
 )

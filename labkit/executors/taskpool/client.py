@@ -94,6 +94,10 @@ class LocalClients:
     def spawn(self, name: str, stage: int, params: Mapping[str, torch.Tensor]) -> StageClient:
         return StageClient(self.cfg, name, stage, params)
 
+    def hold(self, client: str, task: Task, reload: bool, real: float) -> float:
+        """No virtual device: results go back as soon as they are computed."""
+        return 0.0
+
     def watch(self, lost: Callable[[str, str], None]) -> None:
         """Nothing to watch: a client here leaves only when it is killed."""
 

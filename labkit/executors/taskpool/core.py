@@ -176,7 +176,8 @@ class TaskPoolCore:
                     result: Any = client.port.forward(task, sent["inputs"])
                 else:
                     result = client.port.backward(task, sent["inputs"], sent["grad_out"])
-                client.gone.wait(client.delay)  # a slow device; a kill ends the wait
+                held = self.host.hold(client.name, task, sent["params"] is not None, time.perf_counter() - start)
+                client.gone.wait(client.delay + held)  # a slow or virtual device; a kill ends the wait
                 seconds = time.perf_counter() - start
                 with self.cond:
                     client.task = None

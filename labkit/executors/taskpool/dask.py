@@ -91,6 +91,10 @@ class DaskClients:
     def spawn(self, name: str, stage: int, params: Mapping[str, torch.Tensor]) -> RemoteClient:
         return RemoteClient(self.fleet.start(name, ClientActor, name, stage, self.cfg, dict(params)), self.fleet.free)
 
+    def hold(self, client: str, task: Task, reload: bool, real: float) -> float:
+        """Clients on workers compute at their machines' speed (no world on Dask)."""
+        return 0.0
+
     def watch(self, lost: Callable[[str, str], None]) -> None:
         self.fleet.watch(lambda handle, reason: lost(handle.name, f"{handle.name}: {reason}"))
 

@@ -36,6 +36,10 @@ class ClientHost(Protocol):
     def spawn(self, name: str, stage: int, params: Mapping[str, torch.Tensor]) -> ClientPort:
         """Start client `name` of `stage` computing with `params`."""
 
+    def hold(self, client: str, task: Task, reload: bool, real: float) -> float:
+        """Seconds `client` holds `task`'s result after `real` seconds of compute (`reload`: it
+        loaded new parameters first): 0, or what is left of its virtual device's time in a world."""
+
     def watch(self, lost: Callable[[str, str], None]) -> None:
         """Call `lost(client, reason)` when a client's process is seen gone, whatever it is doing."""
 

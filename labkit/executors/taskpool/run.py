@@ -18,6 +18,8 @@ from labkit.runtime.run import Run
 from labkit.executors.taskpool.client import LocalClients
 from labkit.executors.taskpool.core import TaskPoolCore
 from labkit.executors.taskpool.ports import ClientHost
+from labkit.executors.taskpool.world import WorldClients
+from labkit.runtime.links import load_links
 
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
            trace: bool = False, clients: Callable[[RunConfig], ClientHost] = LocalClients) -> Run:
@@ -26,7 +28,7 @@ def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | P
     def build(cfg: RunConfig, corpus: Corpus, states: Sequence[Mapping[str, Any]], step: int,
               emit: Callable[[events.Event], None], clock: Callable[[], float]) -> TaskPoolCore:
         sampler = WindowSampler(corpus.train, cfg.model.seq_len, cfg.seed)
-        host = clients(cfg)
+        host = WorldClients(cfg, load_links(cfg), emit, clock) if cfg.world is not None else clients(cfg)
         for worker, why in host.left_out.items():
             emit(events.worker_unused(clock(), worker, why))
         try:
