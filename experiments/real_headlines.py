@@ -2,9 +2,10 @@
 prediction of the same worlds and the paper's number (issue 28, deliverable 2).
 
 Each row runs a few worlds (scenario files: peers on virtual devices behind emulated links, churn
-replayed) for real with `RunConfig(world=...)` and in the simulator, both through
-`experiments/sim_vs_real.compare` (the real run trains the nano stand-in while its peers take the
-time the world's model would), and reduces both to the paper's headline quantity. Worlds are
+replayed) for real with `RunConfig(world=...)` and in the simulator, SWARM's through
+`experiments/sim_vs_real.compare`, ATOM's, the pipeline's and the task pool's against their own
+virtual-time models (the real run trains the nano stand-in while its peers take the time the
+world's model would), and reduces both to the paper's headline quantity. Worlds are
 scaled down to what runs here in minutes, so the paper's number is its shape, not a target; the
 goal is the real run within 15 % of the simulator's prediction of the same world.
 

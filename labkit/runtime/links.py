@@ -35,7 +35,6 @@ from labkit.wire import Encoded
 from labkit.runtime.background import settle
 
 
-
 def payload_bytes(value: Any) -> int:
     """Bytes of tensor data `value` puts on the wire: a codec's exact payload, a raw tensor's data
     (token ids), summed however nested (a request's arguments, a reply's parts, a state dict, a

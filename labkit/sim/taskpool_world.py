@@ -6,7 +6,8 @@ microbatch from one stage's servers to the next costs nothing, and the last stag
 the loss. Client `s{k}c{i}` sits at the seat of the world's `s{k}p{i}` (a joiner where the
 world's joiners sit) and works one task at a time: it takes the task (one round trip to the
 servers), fetches its input slice (token ids at stage 0, else activations), or its output
-gradients for a backward, and the stage's parameters on its first task of a pass, computes on
+gradients for a backward, and the stage's parameters on its first task of each pass after the
+one it joined in (it starts with the servers' parameters), computes on
 its device, and sends back its output slice, or its input gradients (none at stage 0) and the
 stage's parameter gradients, which every backward slice carries. `TaskCosts` prices a task; the
 executor holds each task that long and `taskpool_steps` replays a run with the same `StagePool`
@@ -27,10 +28,9 @@ from labkit.sim.links import region_link
 from labkit.sim.scenario import SimScenario
 from labkit.sim.seats import device_table, peer_device, peer_region, world_costs
 from labkit.sim.world import GRAD_BYTES, build_world
-from labkit.taskpool import StagePool, Task
+from labkit.taskpool import StagePool, Task, smoothed_rate
 
 TOKEN_BYTES = 8.0  # a token id as stage 0's servers send it (int64)
-RATE_EMA = 0.5  # weight of a client's past forward rate against its latest slice (the executor's)
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,8 @@ class _Run:
     def join(self, stage: int) -> None:
         name = f"s{stage}c{next(self.numbers[stage])}"
         costs = task_costs(self.s, name, stage)
-        self.clients[name] = {"stage": stage, "costs": costs, "alive": True, "busy": False, "version": -1,
-                              "rate": None}
+        self.clients[name] = {"stage": stage, "costs": costs, "alive": True, "busy": False,
+                              "version": self.version, "rate": None}  # spawned with the servers' parameters
         self.pools[stage].client_joined(name, costs.speed(), self.now)
 
     def live(self) -> list[str]:
@@ -163,8 +163,7 @@ class _Run:
         if not result.credited:
             return
         if task.kind == "forward":
-            rate = (task.end - task.start) / seconds
-            c["rate"] = rate if c["rate"] is None else RATE_EMA * c["rate"] + (1 - RATE_EMA) * rate
+            c["rate"] = smoothed_rate(c["rate"], task.end - task.start, seconds)
         else:
             pool.flush(name)
         mb, last = task.microbatch, self.s.stages - 1

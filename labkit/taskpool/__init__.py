@@ -10,7 +10,9 @@ Pure logic: numpy only, no threads, sockets or torch.
 from __future__ import annotations
 
 from labkit.taskpool.pool import StagePool
+from labkit.taskpool.rates import smoothed_rate
 from labkit.taskpool.segments import cuts, owners, segments, split_by_compute
 from labkit.taskpool.tasks import Done, Slice, Task, Work
 
-__all__ = ["Done", "Slice", "StagePool", "Task", "Work", "cuts", "owners", "segments", "split_by_compute"]
+__all__ = ["Done", "Slice", "StagePool", "Task", "Work", "cuts", "owners", "segments", "smoothed_rate",
+           "split_by_compute"]

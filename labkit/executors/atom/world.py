@@ -4,7 +4,7 @@ round the world's links.
 Replica r sits where the world places stage 0's r-th peer (`s0p{r}`; a joiner where the world's
 joiners sit) and computes the run's model for real, then holds each iteration until its device
 would have finished the world's whole model for those microbatches (the simulator's service times
-of a one-stage world, `runtime.pacing.device_table`; the file's `service_cv` draws no noise here).
+of a one-stage world, `labkit.sim.seats.device_table`; the file's `service_cv` draws no noise here).
 An iteration whose real compute took longer is an overrun, reported as an `atom_overrun` setting.
 At every global batch the step waits, the run's lock released, for as long as the ring all-reduce
 of the world's model's fp16 gradients (not less the file's `compression`) over the live replicas'

@@ -16,7 +16,6 @@ REFUSED = {
 }
 
 
-
 SPEC = ExecutorSpec(
     name=TaskPoolConfig.name,
     title="task pool: per stage, servers and unreliable clients; a pool takes over a lost client's work",

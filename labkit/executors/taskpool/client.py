@@ -23,10 +23,7 @@ from labkit.config import RunConfig
 from labkit.model import Stage
 from labkit.model.assembly import stage_module
 from labkit.executors.taskpool.ports import ClientPort
-from labkit.taskpool import Task
-
-
-RATE_EMA = 0.5  # weight of a client's past forward rate against its latest slice
+from labkit.taskpool import Task, smoothed_rate
 
 
 class StageClient:
@@ -126,8 +123,7 @@ class Client:
 
     def observe(self, samples: int, seconds: float) -> None:
         """A forward slice of `samples` took `seconds` from hand-out to result (its delay included)."""
-        rate = samples / max(seconds, 1e-6)
-        self.rate = rate if self.rate is None else RATE_EMA * self.rate + (1 - RATE_EMA) * rate
+        self.rate = smoothed_rate(self.rate, samples, seconds)
 
     def describe(self) -> dict[str, Any]:
         """The client as `state()` shows it; its task in words, like "forward mb 2 [0, 4)"."""

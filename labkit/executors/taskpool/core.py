@@ -169,9 +169,9 @@ class TaskPoolCore:
                 if got is None:
                     return
                 task, servers, sent = got
+                start = time.perf_counter()  # the load too: it is part of the task's turnaround
                 if sent["params"] is not None:
                     client.port.load(*sent["params"])
-                start = time.perf_counter()
                 if task.kind == "forward":
                     result: Any = client.port.forward(task, sent["inputs"])
                 else:

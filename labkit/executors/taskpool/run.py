@@ -14,12 +14,13 @@ from typing import Any
 from labkit import events
 from labkit.config import RunConfig
 from labkit.data import Corpus, WindowSampler
+from labkit.runtime.links import load_links
 from labkit.runtime.run import Run
 from labkit.executors.taskpool.client import LocalClients
 from labkit.executors.taskpool.core import TaskPoolCore
 from labkit.executors.taskpool.ports import ClientHost
 from labkit.executors.taskpool.world import WorldClients
-from labkit.runtime.links import load_links
+
 
 def launch(cfg: RunConfig, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
            trace: bool = False, clients: Callable[[RunConfig], ClientHost] = LocalClients) -> Run:
