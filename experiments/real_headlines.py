@@ -34,6 +34,7 @@ from experiments.sim_vs_real import base_config, compare
 from labkit import AtomConfig, TaskPoolConfig
 from labkit.config import RunConfig, SyncConfig
 from labkit.executors.atom.world import exchange_seconds, microbatch_seconds
+from labkit.lab.worlds import steps_rate
 from labkit.plan.dtfm import RANDOM_SEEDS, plan_dtfm
 from labkit.plan.presets import preset
 from labkit.plan.workload import Workload
@@ -192,11 +193,6 @@ def atom_vs_pipeline(steps: int, folder: Path) -> Headline:
                     f"the pipeline {pipe['real_s']:.2f} and {pipe['sim_s']:.2f} (paper: 'up to 20x' on slow networks)")
 
 
-def per_second(times: list[float], microbatches: int) -> float:
-    """Microbatches a second over the steps after the first (as `labkit.lab.worlds.measure`)."""
-    return (len(times) - 1) * microbatches / (times[-1] - times[0])
-
-
 def pool_world(fields: dict[str, Any], steps: int, folder: Path) -> dict[str, float]:
     """A task-pool world run for real and predicted (`taskpool_steps`): microbatches a second, and
     the tasks whose real compute overran their emulated time."""
@@ -204,8 +200,8 @@ def pool_world(fields: dict[str, Any], steps: int, folder: Path) -> dict[str, fl
     cfg, history, _ = run_world(fields["name"], fields, base, folder)
     sim = taskpool_steps(load_links(cfg), cfg.steps, cfg.microbatches_per_step, cfg.microbatch,
                          slack=cfg.executor.slack, grace=cfg.executor.grace)
-    return {"real": per_second([e["t"] for e in history if e["type"] == "step"], cfg.microbatches_per_step),
-            "sim": per_second(sim, cfg.microbatches_per_step),
+    return {"real": steps_rate([e["t"] for e in history if e["type"] == "step"], cfg.microbatches_per_step),
+            "sim": steps_rate(sim, cfg.microbatches_per_step),
             "overruns": sum(e["type"] == "setting" and e["name"] == "taskpool_overrun" for e in history)}
 
 

@@ -139,11 +139,16 @@ def simulate_like(s: SimScenario, cfg: RunConfig, events: list[Event], *, loads:
     return [_named(e, names) for e in sim]
 
 
+def steps_rate(times: list[float], microbatches_per_step: int) -> float:
+    """Microbatches a second over the steps after the first, from the steps' end times."""
+    return (len(times) - 1) * microbatches_per_step / (times[-1] - times[0])
+
+
 def measure(events: list[Event], microbatches_per_step: int) -> dict[str, Any]:
     """Microbatches/s over the steps after the first, and each peer's share of its stage's
     forward hops after the first WARMUP of the hops' span."""
     steps = of_type(events, "step")
-    rate = (len(steps) - 1) * microbatches_per_step / (steps[-1]["t"] - steps[0]["t"])
+    rate = steps_rate([s["t"] for s in steps], microbatches_per_step)
     hops = of_type(events, "hop")
     start, end = min(h["t"] for h in hops), max(h["t"] for h in hops)
     steady = [h for h in hops if h["t"] >= start + WARMUP * (end - start) and h["direction"] == "forward"]

@@ -111,19 +111,21 @@ class _Run:
 
     def churn(self, delta: int, u: float, v: float) -> None:
         """One event of the world's trace, drawn as `replay_churn` draws it."""
-        if delta > 0:
-            counts = [sum(self.clients[n]["stage"] == k for n in self.live()) for k in range(self.s.stages)]
-            fewest = min(range(self.s.stages), key=lambda k: (counts[k], k))  # the executor's add_peer(None)
-            self.join(fewest if self.s.joins_by_policy else min(int(u * self.s.stages), self.s.stages - 1))
-            return
         names = self.live()
-        i = pick_leaver(np.array([self.clients[n]["stage"] for n in names], np.int64), u, v, self.s.stages)
-        if i < 0:
-            return
-        stage = self.clients[names[i]]["stage"]
-        if sum(self.clients[n]["stage"] == stage for n in names) > 1:  # the executor keeps a stage's last client
+        stages = [self.clients[n]["stage"] for n in names]
+        if delta > 0 and self.s.joins_by_policy:  # the executor's add_peer(None): the fewest live clients
+            self.join(min(range(self.s.stages), key=lambda k: (stages.count(k), k)))
+        elif delta > 0:
+            self.join(min(int(u * self.s.stages), self.s.stages - 1))
+        else:
+            self._leave(names, stages, u, v)
+
+    def _leave(self, names: list[str], stages: list[int], u: float, v: float) -> None:
+        """A leaver drawn by the simulator's `pick_leaver`; a stage's last client is never killed."""
+        i = pick_leaver(np.array(stages, np.int64), u, v, self.s.stages)
+        if i >= 0 and stages.count(stages[i]) > 1:  # the executor refuses to kill a stage's last client
             self.clients[names[i]]["alive"] = False
-            self.pools[stage].client_lost(names[i], self.now)
+            self.pools[stages[i]].client_lost(names[i], self.now)
 
     def begin_pass(self) -> None:
         for name, c in self.clients.items():
