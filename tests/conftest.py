@@ -16,6 +16,21 @@ from labkit.runtime.handle import RunHandle
 from tests.processes import reap, stop_runs
 
 
+# pytest-xdist groups (`--dist loadgroup`): the Dask tests share their session's cluster, and the
+# course tests publish the tutorials nbmake ran in the same process; everything else spreads.
+XDIST_GROUPS = {("tests", "cluster"): "dask-cluster", ("tests", "browser"): "course", ("notebooks",): "course"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test of a folder in `XDIST_GROUPS` with its group, before xdist reads the marks."""
+    for item in items:
+        parts = item.path.relative_to(config.rootpath).parts
+        group = XDIST_GROUPS.get(parts[:2]) or XDIST_GROUPS.get(parts[:1])
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture
 def small_run() -> RunConfig:
     """A nano model on a capped stdlib corpus: a few steps take a second or two."""

@@ -17,6 +17,9 @@ from labkit.swarm.deadline import FLOOR
 
 NEAR = (2.0, 1000.0)  # rtt ms, Mb/s
 FAR = (100.0, 5.0)
+# how far over IWRR's by-speed share a far peer's share may go: each trainer's first picks of a
+# stage go round its peers before its EMAs know them (quiet 2-core machine: 0.125 against 0.05)
+FIRST_PICKS = 0.15
 
 
 def two_continents(tmp_path: Path) -> str:
@@ -67,9 +70,13 @@ def check_links(run: labkit.RunHandle) -> None:
     assert min(h["link_seconds"] for h in far) > 0.1  # 100 ms and ~130 KB at 5 Mb/s each way
     for step in run.events.history("step"):  # each stage's ring crosses the far link: 2 chunks, 2 one-way trips at least
         assert step["boundary"]["seconds"]["prepare"] >= 2 * FAR[0] / 2e3, step["boundary"]
-    share = Counter(h["peer"] for h in hops if h["direction"] == "forward")
-    for stage in (0, 1):  # the far peer's share of its stage, half of it on equal links
-        assert share[f"s{stage}p1"] < 0.25 * (share[f"s{stage}p0"] + share[f"s{stage}p1"]), share
+    forward = [h for h in hops if h["direction"] == "forward"]
+    share = Counter(h["peer"] for h in forward)
+    for stage in (0, 1):  # the far peer's share of its stage: half of it on equal links
+        near, far = f"s{stage}p0", f"s{stage}p1"
+        seconds = {p: statistics.mean(h["seconds"] for h in forward if h["peer"] == p) for p in (near, far)}
+        by_speed = seconds[near] / (seconds[near] + seconds[far])  # IWRR's share for answers this long
+        assert share[far] / (share[near] + share[far]) < min(0.5, by_speed + FIRST_PICKS), (share, seconds)
     views = {e["trainer"]: e["peers"] for e in run.events.history("router")}  # each trainer's last view
     assert views.keys() == {h["trainer"] for h in hops}
     for view in views.values():  # every trainer has learnt which peer of each stage is far
