@@ -25,7 +25,7 @@ XDIST_GROUPS = {("tests", "cluster"): "dask-cluster", ("tests", "browser"): "cou
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test of a folder in `XDIST_GROUPS` with its group, before xdist reads the marks."""
     for item in items:
-        parts = item.path.relative_to(config.rootpath).parts
+        parts = item.path.relative_to(config.rootpath).parts if item.path.is_relative_to(config.rootpath) else ()
         group = XDIST_GROUPS.get(parts[:2]) or XDIST_GROUPS.get(parts[:1])
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
