@@ -5,6 +5,7 @@ training, and one clear error for every verb that has no meaning without stages.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -172,9 +173,46 @@ def test_a_replica_whose_heartbeats_stop_is_dropped_and_the_run_stays_exact() ->
     dropped = [e for e in run.events.history("peer") if e["state"] == "killed"]
     assert [e["peer"] for e in dropped] == ["r1"] and dropped[0]["reason"].endswith("(silent)"), dropped
     assert re.search(r"no heartbeat of step \d+ was read", dropped[0]["reason"]), dropped  # step >= 2: as r1 gets work
+    check_exact(run, cfg)
+
+
+def check_exact(run, cfg: RunConfig) -> None:
+    """Every step summed the global batch, and parameters and losses equal the plain loop's."""
     steps = run.events.history("step")
     assert [e["samples"] for e in steps] == [cfg.global_batch] * cfg.steps
     reference, losses = train_reference(cfg, WindowSampler(load_corpus(cfg.data).train, cfg.model.seq_len, cfg.seed))
     got = run.snapshot().result().stages[0]["params"]
     assert max(float((got[k] - v).abs().max()) for k, v in reference.state_dict().items()) <= 1e-10
     assert [e["loss"] for e in steps] == pytest.approx(losses, rel=1e-9)
+
+
+class HungBetweenIterations(SilentHeartbeats):
+    """r1 hangs once step `gone` begins, between its iterations (its heartbeats stop and no call
+    waits on it), and the host's watch sees its worker hung, as the Dask fleet's check does."""
+
+    def __init__(self, *args, gone: int) -> None:
+        super().__init__(*args, gone=gone)
+        self._lost, self._told = None, False
+
+    def watch(self, lost) -> None:
+        self._lost = lost
+
+    def heartbeats(self, replicas, step: int) -> dict[str, int]:
+        if step >= self.gone and self._lost is not None and not self._told:
+            self._told = True  # on a thread of its own, as the fleet tells: the caller holds the run's lock
+            threading.Thread(target=self._lost, args=("r1", "r1: its worker did not answer (hung)")).start()
+        return super().heartbeats(replicas, step)
+
+
+def test_a_replica_its_host_sees_hung_between_iterations_is_dropped_at_once() -> None:
+    """The host's word that r1 hangs drops it at once, though no call on it is waiting to fail:
+    not after the heartbeats' patience (`peer_timeout`, 60 s here, when no lag has taught a
+    shorter one); its microbatches are done again and training equals the plain loop."""
+    cfg = CFG.replace(executor=AtomConfig(replicas=3, accumulation=2), peer_timeout=60.0)
+    run = launch_atom(cfg, hosts=lambda *a: HungBetweenIterations(*a, gone=2))
+    summary = run.wait(timeout=120)
+    assert summary["status"] == "finished", summary
+    dropped = [e for e in run.events.history("peer") if e["state"] == "killed"]
+    assert [(e["peer"], e["reason"]) for e in dropped] == [("r1", "r1: its worker did not answer (hung)")], dropped
+    assert run.events.history("step")[-1]["t"] - dropped[0]["t"] < 30.0  # the patience was not waited out
+    check_exact(run, cfg)

@@ -3,8 +3,9 @@
 The run itself — ledger, global-batch step, events — stays in the driver's run handle; each
 replica is a `ReplicaActor` on a worker of its own (GPU workers first), its heartbeat in the
 run's hivemind DHT. The fleet (backends/dask/actor_fleet.py) connects, places and watches: a
-replica whose worker leaves the cluster is lost, every call waiting on it fails at once with
-`ReplicaLost`, and the run drops it and has its microbatches computed again by the others.
+replica whose worker leaves the cluster or hangs is lost, every call waiting on it fails at once
+with `ReplicaLost`, the run is told at once (`watch`: a replica that hangs between iterations has
+no call to fail), drops it and has its microbatches computed again by the others.
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ class DaskReplicas:
         except Exception:  # a DHT hiccup: nothing read this time
             return {}
         return {name: info["samples"] for name, info in found.items() if name in replicas and info["step"] == step}
+
+    def watch(self, lost: Callable[[str, str], None]) -> None:
+        self.fleet.watch(lambda handle, reason: lost(handle.name, f"{handle.name}: {reason}"))
 
     def exchange_seconds(self, replicas: Sequence[str]) -> float:
         """0: the gradients were fetched from the actors and are summed here."""

@@ -34,6 +34,9 @@ class LocalReplicas:
     def heartbeats(self, replicas: Mapping[str, ReplicaPort], step: int) -> dict[str, int]:
         return {name: engine.round_samples for name, engine in replicas.items()}
 
+    def watch(self, lost: Callable[[str, str], None]) -> None:
+        """Nothing to watch: a replica here leaves only when it is killed."""
+
     def exchange_seconds(self, replicas: Sequence[str]) -> float:
         """0: the replicas' gradients are summed in this process."""
         return 0.0

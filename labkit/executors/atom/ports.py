@@ -3,7 +3,7 @@ threads (`LocalReplicas`) and the Dask actors (`DaskReplicas`) both fill."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -36,6 +36,10 @@ class ReplicaHost(Protocol):
 
     def heartbeats(self, replicas: Mapping[str, ReplicaPort], step: int) -> dict[str, int]:
         """Each replica's published count of samples processed in `step`."""
+
+    def watch(self, lost: Callable[[str, str], None]) -> None:
+        """Call `lost(replica, reason)` when a replica's process is seen gone or hung, whatever it is
+        doing (one that hangs between its iterations has no call waiting on it to fail)."""
 
     def exchange_seconds(self, replicas: Sequence[str]) -> float:
         """Seconds the global batch's gradients take to go round `replicas`, which the step waits

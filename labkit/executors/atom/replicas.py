@@ -63,6 +63,7 @@ class AtomReplicas:
         self._boundary: threading.Thread | None = None
         self._numbers = itertools.count()
         self._beats = HeartbeatCheck(ceiling=cfg.peer_timeout)  # the published counts against the ledger
+        host.watch(self.lost)  # a replica hung between iterations is found by its worker, not its silence
         for _ in range(cfg.executor.replicas):
             self._spawn(state, None)
 
