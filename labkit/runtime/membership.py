@@ -18,6 +18,7 @@ from labkit.config import RunConfig
 from labkit.model.assembly import stage_module
 from labkit.model.partition import stage_bounds
 from labkit.runtime.joining import catch_up, start_joiner
+from labkit.runtime.pacing import join_seconds
 from labkit.runtime.ports import PeerFactory, PeerHandle
 from labkit.runtime.resize import recut_states
 from labkit.runtime.shards import Checkpoints
@@ -60,6 +61,7 @@ class Membership:
         self._starting: dict[str, int] = {}  # peers being started -> their stage
         self.size = sum(coordinator.cfg.peers_per_stage)  # peers kept through faults (`refill`): added ones count
         self.emulates: dict[str, str] = {}  # a moved peer's name -> the first name of its line (its place in a world)
+        self.join_seconds = join_seconds(coordinator.cfg)  # per stage: a joiner's least start, its download in a world
 
     # -- the registry (what trainers route over) ----------------------------------------------
     def registry(self) -> dict[str, tuple[int, int]]:
@@ -90,8 +92,7 @@ class Membership:
         for stage, count in enumerate(self.c.cfg.peers_per_stage):
             for _ in range(count):
                 name = self._next_name(stage)
-                peer = self.c.factory.start_peer(name, stage, states[stage], source=None, delay=0.0,
-                                                 running=False)
+                peer = self.c.factory.start_peer(name, stage, states[stage], source=None, delay=0.0, running=False)
                 self._enter(name, peer)
                 if self.c.cfg.sync.mode == "diloco":
                     peer.call("ensure_diloco", self.c.cfg.sync).result()
@@ -194,7 +195,7 @@ class Membership:
                 c.live_or_raise("add_peer")
                 version, bounds, neighbours = c.version, self.bounds, self.live(stage)
             peer, fell_back = start_joiner(c.factory, c.checkpoints, name, stage, neighbours, running=c.running,
-                                           emulates=emulates)
+                                           emulates=emulates, at_least=self.join_seconds[stage], stopped=c.stopped)
             with c.lock:
                 try:
                     c.live_or_raise("add_peer")
@@ -281,14 +282,13 @@ class Membership:
 
     def rebalance(self) -> str | None:
         """One round of Algorithm 2 over the live peers' queue lengths; the new name if a peer moved."""
-        with self.c.lock:
+        with self.c.lock:  # released for the move: a joiner's start (a world's download) holds up no step
             self.c.live_or_raise("rebalance")
             move = choose_move({p.name: (p.stage, p.queue_length) for p in self.peers.values()}, self.c.cfg.stages)
-            return None if move is None else self.move_peer(move.peer, move.target)
+        return None if move is None else self.move_peer(move.peer, move.target)
 
     def stop_all(self, crash: bool) -> None:
-        """Crash every peer, or close each after its queued requests (the run is over), without the lock (a
-        boundary waiting on a slow peer may hold it)."""
+        """Crash every peer, or close each after its queued requests, without the lock (a slow boundary may hold it)."""
         for p in list(self.peers.values()):
             (p.kill if crash else p.close)()
 

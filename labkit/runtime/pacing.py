@@ -8,7 +8,8 @@ simulator's own cost model. The world's model may be far larger than the run's (
 priced, nano trained), so that 2 CPU cores keep up with dozens of virtual GPUs. A
 request whose real compute took longer than its emulated time is an overrun: it is answered at
 once and its hop's timing says by how much (`overrun`, next to `emulated`), since the world then
-runs slower than the one it describes.
+runs slower than the one it describes. A SWARM peer that joins or moves serves nothing until the
+state download the simulator charges it has passed (`join_seconds`), however fast its real start.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from labkit.config import RunConfig
+from labkit.runtime.links import load_links
 from labkit.sim.scenario import SimScenario
 from labkit.sim.seats import device_table, peer_device, world_costs
+from labkit.sim.world import download_seconds
 
 
 def payload_scale(cfg: RunConfig, scenario: SimScenario | None) -> float:
@@ -76,3 +79,13 @@ def peer_pacing(cfg: RunConfig, scenario: SimScenario | None, peer: str, killed:
     scenario is `scenario`), else at real speed."""
     table = None if cfg.world is None else device_table(scenario, peer_device(scenario, peer))
     return Pacing(killed, died, table)
+
+
+def join_seconds(cfg: RunConfig) -> list[float]:
+    """Seconds a peer joining (or moving to) each stage takes to start in the run's world, at the
+    least: the state download the simulator charges it (`download_seconds`); 0 outside a world,
+    where a joiner takes what its real start takes."""
+    if cfg.world is None:
+        return [0.0] * cfg.stages
+    scenario = load_links(cfg)
+    return [float(x) for x in download_seconds(scenario, world_costs(scenario).stage_params)]

@@ -6,13 +6,17 @@ virtual device (labkit/runtime/pacing.py) behind the file's links (labkit/runtim
 `replay_churn` replays the file's membership trace (its churn model's, seeded) through the run's
 handle as real kills and joins, with the simulator's own draws (labkit/sim/world.py): a leaver
 from a uniformly drawn stage among those with peers, a joiner on the stage Algorithm 2 picks when
-the file rebalances with directed joins, else on a uniformly drawn one.
+the file rebalances with directed joins, else on a uniformly drawn one. A joiner serves once the
+state download the simulator charges it has passed (labkit/runtime/pacing.py:join_seconds), so
+each join runs on a thread of its own while the trace goes on.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -60,6 +64,16 @@ def replay_churn(run: RunHandle, s: SimScenario, stop: threading.Event | None = 
             stop.wait(0.1)  # a step boundary holds the books: their state is back in moments
         return None
 
+    def act(verb: Callable[[], Any]) -> bool:
+        """Run one verb of the trace; False once the run has ended."""
+        try:
+            verb()
+        except RuntimeError:  # the run ended between the check and the verb
+            return False
+        except ValueError as exc:  # fixed wiring (the pipeline's lanes) takes a joiner only where a lane is empty
+            run.events.emit(events.setting(run.clock(), name="churn_refused", value=str(exc)))
+        return True
+
     def loop() -> None:
         try:
             run.wait_for(event={"type": "run", "state": "started"}, timeout=3600)
@@ -71,18 +85,15 @@ def replay_churn(run: RunHandle, s: SimScenario, stop: threading.Event | None = 
                 stop.wait(min(1.0, origin + t - time.monotonic()))
             if (now := stages()) is None:
                 return
-            try:
-                if delta < 0:  # the simulator's own rule picks the leaver (`pick_leaver`)
-                    names = [p["peer"] for stage in now for p in stage["peers"]]
-                    stage_of = np.array([k for k, stage in enumerate(now) for _ in stage["peers"]], np.int64)
-                    if (i := pick_leaver(stage_of, u, v, s.stages)) >= 0:
-                        run.kill_peer(names[i])
-                else:
-                    run.add_peer(None if s.joins_by_policy else min(int(u * s.stages), s.stages - 1))
-            except RuntimeError:  # the run ended between the check and the verb
-                return
-            except ValueError as exc:  # fixed wiring (the pipeline's lanes) takes a joiner only where a lane is empty
-                run.events.emit(events.setting(run.clock(), name="churn_refused", value=str(exc)))
+            if delta < 0:  # the simulator's own rule picks the leaver (`pick_leaver`)
+                names = [p["peer"] for stage in now for p in stage["peers"]]
+                stage_of = np.array([k for k, stage in enumerate(now) for _ in stage["peers"]], np.int64)
+                if (i := pick_leaver(stage_of, u, v, s.stages)) >= 0 and not act(partial(run.kill_peer, names[i])):
+                    return
+            else:  # on a thread of its own: a world's joiner takes its download's time, and the trace goes on
+                stage = None if s.joins_by_policy else min(int(u * s.stages), s.stages - 1)
+                threading.Thread(target=act, args=(partial(run.add_peer, stage),), name="labkit-churn-join",
+                                 daemon=True).start()
 
     thread = threading.Thread(target=loop, name="labkit-churn", daemon=True)
     thread.start()

@@ -9,6 +9,7 @@ All-reduces and state downloads use the scenario's default link (rtt_ms, bandwid
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,14 @@ class World:
         return self.hop_rtt + self.activation_bytes / self.hop_bytes_s
 
 
+def download_seconds(s: SimScenario, stage_params: Sequence[float]) -> np.ndarray:
+    """(S,) seconds a joining or moving peer downloads a stage's state before it serves: the
+    scenario's `move_seconds`, else the stage's fp32 parameters and Adam moments over the default link."""
+    if s.move_seconds is not None:
+        return np.full(s.stages, float(s.move_seconds))
+    return np.array(stage_params, dtype=float) * ADAM_STATE_BYTES / (s.bandwidth_mbps * 1e6 / 8.0)
+
+
 def build_world(s: SimScenario) -> World:
     """Compile a scenario: initial peers in group order, then one slot per join of the trace."""
     costs = stage_costs(model=s.model, stages=s.stages, microbatch=s.microbatch, seq_len=s.seq_len,
@@ -70,7 +79,6 @@ def build_world(s: SimScenario) -> World:
     event_u = rng.random(len(trace))
     stage_u = np.array([u for (_, d), u in zip(trace, event_u) for _ in range(abs(d))])
     params = np.array(costs.stage_params, dtype=float)
-    move = params * ADAM_STATE_BYTES / bw0 if s.move_seconds is None else np.full(s.stages, float(s.move_seconds))
     return World(
         names=[f"peer-{i:05d}" for i in range(len(groups))], devices=devices,
         stage0=np.array([st for _, _, st in groups], np.int64), fwd=fwd, bwd=bwd,
@@ -78,5 +86,6 @@ def build_world(s: SimScenario) -> World:
         activation_bytes=costs.activation_bytes,
         ev_t=np.array([t for t, _ in unit], float), ev_delta=np.array([d for _, d in unit], np.int64),
         ev_u=stage_u, ev_v=rng.random(len(unit)),
-        ar_time=params * GRAD_BYTES / s.compression / bw0, ar_rtt=rtt0, move_seconds=move,
+        ar_time=params * GRAD_BYTES / s.compression / bw0, ar_rtt=rtt0,
+        move_seconds=download_seconds(s, costs.stage_params),
         group=0 if s.global_batch is None else -(-s.global_batch // s.microbatch))

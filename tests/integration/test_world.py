@@ -19,31 +19,33 @@ from labkit.runtime.world import world_config
 from labkit.sim import SimScenario
 from tests.integration.test_equivalence import _reference_params
 
-# seconds after the run started: the world's churn trace. Both come before the run can end: its 24
-# microbatches, 2 at a time, each take at least 80 ms on the fastest devices (A100: 13 ms forward
-# on stage 0, 40 ms forward and backward on stage 1, 27 ms backward on stage 0), so >= 0.96 s.
-KILL_AT, JOIN_AT = 0.3, 0.6
+# seconds after the run started: the world's churn trace, and the joiner's state download (the
+# file's `move_seconds`). All come before the run can end: its 32 microbatches, 2 at a time, each
+# take at least 80 ms on the fastest devices (A100: 13 ms forward on stage 0, 40 ms forward and
+# backward on stage 1, 27 ms backward on stage 0), so >= 1.28 s.
+KILL_AT, JOIN_AT, DOWNLOAD = 0.3, 0.6, 0.4
 
 
 def small_world(tmp_path: Path) -> str:
     """2 stages x 2 peers pricing SWARM's xxlarge (13-195 ms a request): an A100 and a T4 on every
-    stage, the T4s across the ocean; one peer leaves at KILL_AT and one joins at JOIN_AT."""
+    stage, the T4s across the ocean; one peer leaves at KILL_AT and one joins at JOIN_AT, serving
+    DOWNLOAD seconds later at the earliest."""
     world = {"name": "small-world", "model": "xxlarge", "stages": 2, "microbatch": 1, "seq_len": 512,
              "trainers": 2, "window": 1, "trainer_region": "eu", "join_device": "V100",
              "peers": [{"device": d, "count": 1, "stage": s, "region": r} for s in (0, 1)
                        for d, r in (("A100", "eu"), ("T4", "us"))],
              "links": [{"a": "eu", "b": "eu", "rtt_ms": 2.0, "bandwidth_mbps": 1000.0},
                        {"a": "eu", "b": "us", "rtt_ms": 80.0, "bandwidth_mbps": 100.0}],
-             "trace": [[KILL_AT, -1], [JOIN_AT, 1]]}
+             "trace": [[KILL_AT, -1], [JOIN_AT, 1]], "move_seconds": DOWNLOAD}
     path = tmp_path / "small_world.json"
     path.write_text(json.dumps(world))
     return str(path)
 
 
 def world_run(small_run: RunConfig, world: str) -> RunConfig:
-    """The world's shape on the small float64 run (4 samples a microbatch, 6 steps of 16)."""
+    """The world's shape on the small float64 run (4 samples a microbatch, 8 steps of 16)."""
     return world_config(world, small_run.replace(model=ModelConfig(size="nano", seq_len=32, dtype="float64"),
-                                                 steps=6)).replace(microbatch=4, global_batch=16)
+                                                 steps=8)).replace(microbatch=4, global_batch=16)
 
 
 def check_world(run: labkit.RunHandle, cfg: RunConfig) -> None:
@@ -72,7 +74,7 @@ def check_world(run: labkit.RunHandle, cfg: RunConfig) -> None:
     joined = [e for e in peers if e["state"] == "joined" and e["peer"] not in {f"s{s}p{k}" for s in (0, 1) for k in (0, 1)}]
     started = next(e["t"] for e in run.events.history("run") if e["state"] == "started")
     assert len(killed) == 1 and killed[0]["t"] >= started + KILL_AT, peers
-    assert len(joined) == 1 and joined[0]["t"] >= started + JOIN_AT, peers
+    assert len(joined) == 1 and joined[0]["t"] >= started + JOIN_AT + DOWNLOAD, peers  # it downloaded its state
     assert peer_device(world, joined[0]["peer"]) == "V100"
     got = labkit.model.assemble([s["params"] for s in run.snapshot().result().stages])
     want = _reference_params(cfg)
