@@ -167,8 +167,8 @@ class Coordinator:
             self.cond.notify_all()
 
     def _rebalance_loop(self) -> None:
-        """Algorithm 2 every `rebalance_period` seconds until the run stops."""
-        while not self.stopped.wait(self.cfg.rebalance_period):
+        """Algorithm 2 every `rebalance_period` s of the run's clock, as the simulator's rounds (a move delays none)."""
+        while not self.stopped.wait(self.cfg.rebalance_period - self.clock() % self.cfg.rebalance_period):
             try:
                 self.members.rebalance()
             except (KeyError, ValueError) as exc:  # the chosen peer left meanwhile: skip this round

@@ -19,7 +19,7 @@ from labkit.model.assembly import stage_module
 from labkit.model.partition import stage_bounds
 from labkit.runtime.joining import catch_up, start_joiner
 from labkit.runtime.pacing import join_seconds
-from labkit.runtime.ports import PeerFactory, PeerHandle
+from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
 from labkit.runtime.resize import recut_states
 from labkit.runtime.shards import Checkpoints
 from labkit.swarm.ledger import StepLedger
@@ -61,7 +61,7 @@ class Membership:
         self._starting: dict[str, int] = {}  # peers being started -> their stage
         self.size = sum(coordinator.cfg.peers_per_stage)  # peers kept through faults (`refill`): added ones count
         self.emulates: dict[str, str] = {}  # a moved peer's name -> the first name of its line (its place in a world)
-        self.join_seconds = join_seconds(coordinator.cfg)  # per stage: a joiner's least start, its download in a world
+        self.downloads = join_seconds(coordinator.cfg)  # per stage: a joiner's least start, its download in a world
 
     # -- the registry (what trainers route over) ----------------------------------------------
     def registry(self) -> dict[str, tuple[int, int]]:
@@ -195,7 +195,7 @@ class Membership:
                 c.live_or_raise("add_peer")
                 version, bounds, neighbours = c.version, self.bounds, self.live(stage)
             peer, fell_back = start_joiner(c.factory, c.checkpoints, name, stage, neighbours, running=c.running,
-                                           emulates=emulates, at_least=self.join_seconds[stage], stopped=c.stopped)
+                                           emulates=emulates, at_least=self.downloads[stage], stopped=c.stopped)
             with c.lock:
                 try:
                     c.live_or_raise("add_peer")
@@ -221,8 +221,7 @@ class Membership:
 
     def stage_empty(self, stage: int) -> None:
         """`stage` has no live peer (the last one left, or a trainer found none): its committed state is gone. The
-        run pauses until a peer is added, which starts from the last checkpoint's shard; then the whole run goes
-        back to that checkpoint and resumes."""
+        run pauses until a peer joins from the last checkpoint's shard; then the whole run goes back to it."""
         with self.c.lock:
             if not self.live(stage) and stage not in self.c.paused and not self.c.closed:
                 self.c.paused.add(stage)
@@ -260,9 +259,10 @@ class Membership:
             self.size -= 1  # add_peer adds it back
         try:
             new = self.add_peer(stage, emulates=place)
-        except Exception as exc:  # it left its stage and never reached the other: lost, and said so
-            c.emit(events.peer(c.clock(), peer=name, stage=peer.stage, state="killed", queue=0) | {"lost_samples": lost,
-                   "reason": f"moved to stage {stage}, where it failed to start: {type(exc).__name__}: {exc}"})
+        except Exception as exc:  # it left its stage, never reached the other: lost, and said so (unless the run ended)
+            if not isinstance(exc, RunEnded):
+                c.emit(events.peer(c.clock(), peer=name, stage=peer.stage, state="killed", queue=0)
+                       | {"lost_samples": lost, "reason": f"moved to stage {stage}, where it failed to start: {exc!r}"})
             raise
         c.emit(events.peer(c.clock(), peer=name, stage=peer.stage, state="moved", queue=0)
                | {"to": new, "to_stage": stage, "lost_samples": lost})

@@ -65,13 +65,17 @@ def replay_churn(run: RunHandle, s: SimScenario, stop: threading.Event | None = 
         return None
 
     def act(verb: Callable[[], Any]) -> bool:
-        """Run one verb of the trace; False once the run has ended."""
+        """Run one verb of the trace; False once the run has ended. A verb that fails is said so in a
+        setting (`churn_refused`: fixed wiring, the pipeline's lanes, takes a joiner only where a lane
+        is empty; `churn_failed`: anything else, a joiner's start that failed say) and the trace goes on."""
         try:
             verb()
-        except RuntimeError:  # the run ended between the check and the verb
-            return False
-        except ValueError as exc:  # fixed wiring (the pipeline's lanes) takes a joiner only where a lane is empty
-            run.events.emit(events.setting(run.clock(), name="churn_refused", value=str(exc)))
+        except Exception as exc:
+            if run.done:  # the run ended between the check and the verb
+                return False
+            refused = isinstance(exc, ValueError)
+            run.events.emit(events.setting(run.clock(), name="churn_refused" if refused else "churn_failed",
+                                           value=str(exc) if refused else f"{type(exc).__name__}: {exc}"))
         return True
 
     def loop() -> None:

@@ -187,8 +187,9 @@ def check_exact(run, cfg: RunConfig) -> None:
 
 
 class HungBetweenIterations(SilentHeartbeats):
-    """r1 hangs once step `gone` begins, between its iterations (its heartbeats stop and no call
-    waits on it), and the host's watch sees its worker hung, as the Dask fleet's check does."""
+    """r1 hangs, as the run sees it, once step `gone` begins: its heartbeats stop, and the host's
+    watch says its worker hung, as the Dask fleet's check does (r1 still computes here: what the
+    test asks is that the watch's word alone drops it, without a failed call or the patience)."""
 
     def __init__(self, *args, gone: int) -> None:
         super().__init__(*args, gone=gone)
@@ -214,5 +215,6 @@ def test_a_replica_its_host_sees_hung_between_iterations_is_dropped_at_once() ->
     assert summary["status"] == "finished", summary
     dropped = [e for e in run.events.history("peer") if e["state"] == "killed"]
     assert [(e["peer"], e["reason"]) for e in dropped] == [("r1", "r1: its worker did not answer (hung)")], dropped
-    assert run.events.history("step")[-1]["t"] - dropped[0]["t"] < 30.0  # the patience was not waited out
+    step_before = run.events.history("step")[1]  # step 2 ends; the watch speaks as step `gone` (2) begins
+    assert dropped[0]["t"] - step_before["t"] < 10.0, (dropped, step_before)  # not after the 60 s patience
     check_exact(run, cfg)
