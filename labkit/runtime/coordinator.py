@@ -20,6 +20,7 @@ from labkit import events
 from labkit.config import RunConfig
 from labkit.model.partition import stage_bounds
 from labkit.runtime.boundary import Books, Commit, step_boundary
+from labkit.runtime import moves
 from labkit.runtime.membership import Membership
 from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
 from labkit.runtime.recovery import committed_states, keep_final, rollback, unreadable_at_stop
@@ -88,7 +89,7 @@ class Coordinator:
             trainer.start()
         self._boundary.start()
         if self.cfg.rebalance_period:
-            threading.Thread(target=self._rebalance_loop, name="rebalancer", daemon=True).start()
+            threading.Thread(target=moves.rebalance_rounds, args=(self.members,), name="rebalancer", daemon=True).start()
         threading.Thread(target=self.members.publish_loads, name="labkit-loads", daemon=True).start()
 
     def stop(self) -> None:
@@ -165,16 +166,6 @@ class Coordinator:
             for lane in [lane for lane in self.held if lane.split("/")[0] == trainer]:  # "t0#1" and "t0#1/k"
                 self.ledger.finish(self.held.pop(lane), {}, None)
             self.cond.notify_all()
-
-    def _rebalance_loop(self) -> None:
-        """Algorithm 2 every `rebalance_period` s of the run's clock, as the simulator's rounds (a move delays none)."""
-        while not self.stopped.wait(self.cfg.rebalance_period - self.clock() % self.cfg.rebalance_period):
-            try:
-                self.members.rebalance()
-            except (KeyError, ValueError) as exc:  # the chosen peer left meanwhile: skip this round
-                self.emit(events.setting(self.clock(), name="rebalance_skipped", value=str(exc)))
-            except RunEnded:
-                return
 
     def stage_empty(self, stage: int) -> None:
         self.members.stage_empty(stage)

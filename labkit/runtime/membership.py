@@ -1,9 +1,8 @@
 """Who serves which stage: the registry of live peers and the verbs that change it.
 
 A part of the run's coordinator (its lock, ledger and committed states, as `Run` names them): peers join with
-a neighbour's state, crash or are evicted (their credits go back to the ledger), move between stages, and
-Algorithm 2 picks moves every `rebalance_period` seconds; a stage without a live peer pauses the run until one
-joins. The registry is the in-process directory trainers route over; on Dask the DHT mirrors it.
+a neighbour's state, crash or are evicted (their credits go back to the ledger), or move between stages
+(`moves`); a stage without a live peer pauses the run until one joins. The registry is the in-process directory trainers route over; on Dask the DHT mirrors it.
 """
 
 from __future__ import annotations
@@ -19,11 +18,11 @@ from labkit.model.assembly import stage_module
 from labkit.model.partition import stage_bounds
 from labkit.runtime.joining import catch_up, start_joiner
 from labkit.runtime.pacing import join_seconds
-from labkit.runtime.ports import PeerFactory, PeerHandle, RunEnded
+from labkit.runtime.ports import PeerFactory, PeerHandle
 from labkit.runtime.resize import recut_states
 from labkit.runtime.shards import Checkpoints
 from labkit.swarm.ledger import StepLedger
-from labkit.swarm.rebalance import choose_move, join_stage
+from labkit.swarm.rebalance import join_stage
 
 LOAD_PERIOD = 0.25  # seconds between `load` events (each live peer's queue length)
 SPLIT_TRIES = 3  # starts of a joiner before add_peer gives up on a layer split that keeps changing
@@ -237,38 +236,13 @@ class Membership:
             self.size -= 1
 
     def _kill(self, name: str, reason: str) -> None:
-        peer, lost = self._remove(name)
+        peer, lost = self.remove(name)
         self.c.emit(events.peer(self.c.clock(), peer=name, stage=peer.stage, state="killed", queue=0)
                     | {"reason": reason, "lost_samples": lost})
         if self.c.running:
             self.stage_empty(peer.stage)
 
-    def move_peer(self, name: str, stage: int) -> str:
-        """Move a peer to another stage (Algorithm 2's move, or on demand): it stops serving its stage, whose
-        un-synced gradients it held are recomputed elsewhere, and serves `stage` with its state from a neighbour,
-        under a new name (returned), in its old place in a world."""
-        c = self.c
-        with c.lock:
-            peer = self.live_peer(name, "move_peer")
-            if not (isinstance(stage, int) and 0 <= stage < c.cfg.stages) or stage == peer.stage:
-                raise ValueError(f"stage={stage!r} is not allowed: another stage in [0, {c.cfg.stages - 1}]")
-            if len(self.live(peer.stage)) < 2:
-                raise ValueError(f"moving {name} would leave stage {peer.stage} without peers")
-            place = self.emulates.get(name, name)
-            _, lost = self._remove(name)
-            self.size -= 1  # add_peer adds it back
-        try:
-            new = self.add_peer(stage, emulates=place)
-        except Exception as exc:  # it left its stage, never reached the other: lost, and said so (unless the run ended)
-            if not isinstance(exc, RunEnded):
-                c.emit(events.peer(c.clock(), peer=name, stage=peer.stage, state="killed", queue=0)
-                       | {"lost_samples": lost, "reason": f"moved to stage {stage}, where it failed to start: {exc!r}"})
-            raise
-        c.emit(events.peer(c.clock(), peer=name, stage=peer.stage, state="moved", queue=0)
-               | {"to": new, "to_stage": stage, "lost_samples": lost})
-        return new
-
-    def _remove(self, name: str) -> tuple[PeerHandle, int]:
+    def remove(self, name: str) -> tuple[PeerHandle, int]:
         """Take a peer out of the run; its credited samples go back to the ledger."""
         peer = self.peers.pop(name, None)
         if peer is None:
@@ -279,13 +253,6 @@ class Membership:
         lost = self.c.ledger.peer_lost(name)
         self.c.cond.notify_all()
         return peer, lost
-
-    def rebalance(self) -> str | None:
-        """One round of Algorithm 2 over the live peers' queue lengths; the new name if a peer moved."""
-        with self.c.lock:  # released for the move: a joiner's start (a world's download) holds up no step
-            self.c.live_or_raise("rebalance")
-            move = choose_move({p.name: (p.stage, p.queue_length) for p in self.peers.values()}, self.c.cfg.stages)
-        return None if move is None else self.move_peer(move.peer, move.target)
 
     def stop_all(self, crash: bool) -> None:
         """Crash every peer, or close each after its queued requests, without the lock (a slow boundary may hold it)."""

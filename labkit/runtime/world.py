@@ -47,21 +47,21 @@ def world_config(path: str, base: RunConfig | None = None) -> RunConfig:
         rebalance_period=s.rebalance_period or 0.0, world=None)).replace(world=path)
 
 
-def replay_churn(run: RunHandle, s: SimScenario, stop: threading.Event | None = None) -> threading.Thread | None:
+def replay_churn(run: RunHandle, s: SimScenario) -> threading.Thread | None:
     """Replay `s`'s membership trace on `run` in a background thread (None when it has none),
-    at the trace's seconds since the run's `started` event; ends with the run or when `stop` is set."""
+    at the trace's seconds since the run's `started` event; it and the joins it starts (each on a
+    thread of its own) end with the run."""
     w = build_world(s)
     if len(w.ev_t) == 0:
         return None
-    stop = stop or threading.Event()
 
     def stages() -> list[dict[str, Any]] | None:
         """The run's stages and their live peers, once a fresh state has them (None: the run ended)."""
-        while not (stop.is_set() or run.done):
+        while not run.done:
             state = run.state()
             if state["stages"] and not state.get("stale"):
                 return state["stages"]
-            stop.wait(0.1)  # a step boundary holds the books: their state is back in moments
+            time.sleep(0.1)  # a step boundary holds the books: their state is back in moments
         return None
 
     def act(verb: Callable[[], Any]) -> bool:
@@ -85,8 +85,8 @@ def replay_churn(run: RunHandle, s: SimScenario, stop: threading.Event | None = 
             return
         origin = time.monotonic()  # the trace's seconds count from the run's start
         for t, delta, u, v in zip(w.ev_t, w.ev_delta, w.ev_u, w.ev_v):
-            while not (stop.is_set() or run.done) and time.monotonic() < origin + t:
-                stop.wait(min(1.0, origin + t - time.monotonic()))
+            while not run.done and time.monotonic() < origin + t:
+                time.sleep(min(1.0, origin + t - time.monotonic()))
             if (now := stages()) is None:
                 return
             if delta < 0:  # the simulator's own rule picks the leaver (`pick_leaver`)

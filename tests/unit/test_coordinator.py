@@ -12,12 +12,13 @@ import pytest
 import torch
 
 from labkit.config import ModelConfig, RunConfig, SyncConfig
-from labkit.runtime import recovery
+from labkit.runtime import moves, recovery
 from labkit.runtime.boundary import Commit, step_boundary
 from labkit.runtime.coordinator import Coordinator
 from labkit.executors.swarm.core import SwarmCore
 from labkit.runtime.eventlog import EventLog
 from tests.unit.fake_transport import FakePeers
+from tests.waiting import wait_until
 
 CFG = RunConfig(model=ModelConfig(size="nano", seq_len=32), stages=2, peers=2, global_batch=8, microbatch=2, steps=3,
                 eval_every=0)
@@ -294,8 +295,8 @@ def test_a_moved_peer_keeps_its_place_in_a_world_under_every_new_name() -> None:
     device of the peer it was (as the simulator's moved peer does), however often it moves."""
     c, peers, _ = _coordinator(CFG.replace(peers=3))
     c.running = True
-    first = c.members.move_peer("s0p1", 1)
-    second = c.members.move_peer(first, 0)
+    first = moves.move_peer(c.members, "s0p1", 1)
+    second = moves.move_peer(c.members, first, 0)
     joiner = c.members.add_peer(1)
     assert (first, second, joiner) == ("s1p3", "s0p3", "s1p4")
     assert peers.places == {**{n: None for n in ("s0p0", "s0p1", "s0p2", "s1p0", "s1p1", "s1p2")},
@@ -369,3 +370,59 @@ def test_a_stop_that_cannot_read_its_peers_says_why() -> None:
     assert recovery.unreadable_at_stop(True, 5.0, set()) is None
     assert recovery.unreadable_at_stop(False, 2.5, {1}) == "a step boundary held the run's lock for the 2.5 s the stop waited"
     assert recovery.unreadable_at_stop(True, 2.5, {1, 0}) == "stages [0, 1] had no peer"
+
+
+def test_a_rebalancing_round_takes_its_peer_out_with_the_choice_and_starts_it_without_the_lock() -> None:
+    """Algorithm 2 picks s0p0 (stage 1 is loaded): the peer is out of its stage as the round's
+    start begins, so no kill can race the move, and the lock is free until the mover enters."""
+    c, peers, log = _coordinator(CFG.replace(peers=3))
+    c.running = True
+    peers.made["s1p0"].queue_length = 9
+    started, release = threading.Event(), threading.Event()
+
+    def slow_start() -> None:
+        started.set()
+        assert release.wait(10)
+
+    peers.starting = slow_start
+    moved: list[str | None] = []
+    mover = threading.Thread(target=lambda: moved.append(moves.rebalance(c.members)))
+    mover.start()
+    assert started.wait(10)
+    assert c.lock.acquire(timeout=1), "the run's lock is held during the mover's start"
+    c.lock.release()
+    assert "s0p0" not in c.members.peers and "s1p3" not in c.members.peers
+    with pytest.raises(KeyError, match="no live peer named 's0p0'"):
+        c.members.kill_peer("s0p0")
+    release.set()
+    mover.join(10)
+    assert moved == ["s1p3"] and peers.places["s1p3"] == "s0p0"
+    move, = [e for e in log.history("peer") if e["state"] == "moved"]
+    assert (move["peer"], move["to"], move["to_stage"]) == ("s0p0", "s1p3", 1)
+
+
+def test_rebalancing_rounds_go_on_after_a_mover_fails_to_start() -> None:
+    """A mover whose start fails is reported lost and the round says why; the next round still runs."""
+    c, peers, log = _coordinator(CFG.replace(peers=3, rebalance_period=0.05))
+    c.running = True
+    peers.made["s1p0"].queue_length = 9
+    starts: list[str] = []
+
+    def first_move_fails() -> None:  # from its neighbour, then from the checkpoint
+        starts.append("start")
+        if len(starts) <= 2:
+            raise ConnectionError("its worker left")
+
+    peers.starting = first_move_fails
+    rounds = threading.Thread(target=moves.rebalance_rounds, args=(c.members,))
+    rounds.start()
+    try:
+        wait_until(lambda: any(e["state"] == "moved" for e in log.history("peer")), 10, "a later round's move")
+    finally:
+        c.stopped.set()
+        rounds.join(10)
+    failed, = [e for e in log.history("setting") if e["name"] == "rebalance_failed"]
+    assert failed["value"] == "ConnectionError: its worker left"
+    lost, = [e for e in log.history("peer") if e["state"] == "killed"]
+    assert lost["peer"] == "s0p0" and "failed to start" in lost["reason"]
+

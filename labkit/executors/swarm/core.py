@@ -9,6 +9,7 @@ from typing import Any
 
 from labkit import events
 from labkit.config import RunConfig, SyncConfig
+from labkit.runtime import moves
 from labkit.runtime.coordinator import Coordinator
 from labkit.wire import get_codec
 
@@ -86,10 +87,10 @@ class SwarmCore:
         return self.c.members.add_peer(stage)
 
     def move_peer(self, name: str, stage: int) -> str:
-        return self.c.members.move_peer(name, stage)
+        return moves.move_peer(self.c.members, name, stage)
 
     def rebalance(self) -> str | None:
-        return self.c.members.rebalance()
+        return moves.rebalance(self.c.members)
 
     def set_layer_split(self, split: tuple[int, ...]) -> None:
         """Re-cut the model into `split` blocks per stage at the next step boundary."""
