@@ -14,7 +14,7 @@ runtime restarts it under a new name, and Algorithm 2 may move another peer, or 
 in the two runs: it reads queue lengths that differ by a request here and there).
 
     python experiments/sim_vs_real.py [--backend inprocess] [--steps 5] [--only NAME,...]
-    python experiments/sim_vs_real.py --plain experiments/scenarios/two_continents.json   # real compute
+    python experiments/sim_vs_real.py --plain experiments/scenarios/two_continents.json [--repeats 5]   # real compute
 
 Last line: sim_vs_real worlds=<n> within_10pct=<m> worst_throughput_gap=<x> worst_share_gap_pts=<y>
 """
@@ -140,13 +140,17 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="comma-separated world names (default: the whole grid)")
     parser.add_argument("--plain", default=None, metavar="SCENARIO",
                         help="instead: this scenario as a links-only run on real compute, fp32 and int8")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="with --plain: runs of each codec, alternating (the medians are printed last)")
     args, out = parse_with_out(parser)
     if args.plain:
-        rows = [plain(args.plain, args.steps, codec) for codec in ("fp32", "int8")]
+        rows = [plain(args.plain, args.steps, codec) for _ in range(args.repeats) for codec in ("fp32", "int8")]
         print_table(f"\n{args.plain} on real compute ({time.strftime('%Y-%m-%d %H:%M')})",
                     ["run", "real mb/s", "sim mb/s", "sim - real"],
                     [[r["name"], f"{r['real']:.2f}", f"{r['sim']:.2f}", f"{r['gap']:+.1%}"] for r in rows])
         (out / "sim_vs_real_plain.json").write_text(json.dumps(rows, indent=1))
+        gaps = {c: statistics.median(r["gap"] for r in rows if f" {c}," in r["name"]) for c in ("fp32", "int8")}
+        print(f"sim_vs_real_plain runs={len(rows)} median_gap_fp32={gaps['fp32']:+.3f} median_gap_int8={gaps['int8']:+.3f}")
         return
     grid = [w for w in worlds() if args.only is None or w[0] in args.only.split(",")]
     results = []

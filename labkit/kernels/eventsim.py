@@ -67,10 +67,10 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
     gamma, window, started): a router per row of prio, ema and weight, slot w routing with row
     w // window (one row: all share it), whose first pick of stage s (`started[row, s]` unset)
     skips row x window picks as the runtime's trainers do (`iwrr_skip`); service = (fwd, bwd, cv,
-    cores) with fwd/bwd[i, s] seconds and `cores` the times each core of the one host every peer
-    shares becomes free (empty: a device each): a
-    computation also waits for the first free core, so the host never computes more than its cores
-    at once; links = (out, back, payload, chunks, relay): request and answer latency and payload
+    cores) with fwd/bwd[i, s] seconds and `cores[c, k]` the (start, end) of core c's k-th booking on
+    the one host every peer shares (no rows: a device each; k up to the slots, as each has one
+    computation booked at a time): a computation also waits for a core free for its whole length
+    (`_take_core`), so the host never computes more than its cores at once; links = (out, back, payload, chunks, relay): request and answer latency and payload
     seconds per peer, the pieces a payload streams in, and whether hops are the runtime's (trainers
     relay: a middle stage's answer carries a payload back, and the last stage's forward and backward
     share one round trip, as its one loss request); slots = (pos, path, path_epoch, sent, mb_id);
@@ -111,10 +111,8 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
                 if cv > 0.0:
                     seconds *= np.random.gamma(1.0 / (cv * cv), cv * cv)
                 start = max(t + payload[p] / chunks, free_at[p])
-                if cores.shape[0] > 0:  # peers sharing a host: the computation waits for its first free core
-                    c = np.argmin(cores)
-                    start = max(start, cores[c])
-                    cores[c] = start + seconds
+                if cores.shape[0] > 0:  # peers sharing a host: the computation waits for a core free long enough
+                    start = _take_core(cores, t, start, seconds)
                 free_at[p] = max(start + seconds, t + payload[p] + seconds / chunks)
                 _book(busy, s, start, seconds, bin_seconds)
                 box[1] += 1
@@ -168,6 +166,30 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
         r = w // window
         _issue(t, w, num_stages, stage, prio[r], ema[r], order, banned, started[r], r * window, epoch, pos, path,
                path_epoch, sent, hop_out, relay, h_time, h_seq, h_slot, h_kind, box)
+
+
+@njit(cache=True)
+def _take_core(cores, t, ready, seconds):
+    """Book the earliest stretch of `seconds` from `ready` on when one of the host's cores is free (the
+    first such core), and return its start. A booking made ahead (a computation waiting for its
+    payload) leaves the time before it to others; a booking that ended by `t` frees its row."""
+    if seconds <= 0.0:
+        return ready
+    best, best_c = np.inf, 0
+    for c in range(cores.shape[0]):
+        start, moved = ready, True
+        while moved:  # past every booking the stretch overlaps: no start before its end fits
+            moved = False
+            for k in range(cores.shape[1]):
+                if cores[c, k, 1] > t and cores[c, k, 0] < start + seconds and cores[c, k, 1] > start:
+                    start, moved = cores[c, k, 1], True
+        if start < best:
+            best, best_c = start, c
+    for k in range(cores.shape[1]):
+        if cores[best_c, k, 1] <= t:
+            cores[best_c, k, 0], cores[best_c, k, 1] = best, best + seconds
+            return best
+    raise RuntimeError("more computations booked on one core than the simulation has slots")
 
 
 @njit(cache=True)

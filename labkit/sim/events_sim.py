@@ -41,7 +41,7 @@ class _Swarm:
         self.prio, self.ema, self.order = np.zeros((routers, P)), np.zeros((routers, P)), np.zeros(P, np.int64)
         self.weight = np.zeros((routers, P))  # share of each EMA that is measured (labkit.kernels.iwrr.ema_fold)
         self.banned, self.counter = np.ones(P, np.bool_), 0
-        self.cores = np.zeros(s.host_cores or 0)  # when each core of a shared host is free next
+        self.cores = np.zeros((s.host_cores or 0, W, 2))  # each core's bookings (start, end) on a shared host
         self.router = (self.prio, self.ema, self.weight, self.order, self.banned, s.gamma, s.window if routers > 1 else W,
                        np.zeros((routers, S), np.bool_))
         for i in np.nonzero(self.stage >= 0)[0]:

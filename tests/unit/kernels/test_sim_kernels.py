@@ -47,7 +47,7 @@ def test_event_kernel_matches_plain_python(chunks: float, relay: bool, routers: 
     links = (w.hop_rtt / 2, w.hop_rtt / 2, w.hop_seconds - w.hop_rtt, chunks, relay)
     for sw, fn in zip(swarms, (run_until, run_until.py_func)):
         fn(60.0, s.stages, (sw.stage, sw.free_at, sw.qlen, sw.epoch), sw.router,
-           (w.fwd, w.bwd, 0.0, np.zeros(cores)), links, sw.slots, sw.heap, sw.counters, sw.sync, sw.out, sw.hops)
+           (w.fwd, w.bwd, 0.0, np.zeros((cores, s.trainers * s.window, 2))), links, sw.slots, sw.heap, sw.counters, sw.sync, sw.out, sw.hops)
     a, b = swarms
     assert a.counters[1] > 10
     np.testing.assert_array_equal(a.counters, b.counters)
@@ -80,6 +80,23 @@ def test_booking_compute_across_bins_of_an_inexact_width_ends() -> None:
         _book(busy, 0, a, k * width - a, width)
         a = k * width
     assert busy.sum() == pytest.approx(a)
+
+
+def test_a_computation_booked_ahead_leaves_the_core_free_until_it_starts() -> None:
+    """A far hop's computation waits 0.2 s for its payload: the core it books stays free before
+    that (the near hops use it), and a stretch that does not fit the gap goes after it (the host
+    shares 2 cores in the plain two-continents run; one booked ahead held a core from its arrival)."""
+    from labkit.kernels.eventsim import _take_core
+
+    cores = np.zeros((1, 4, 2))
+    assert _take_core(cores, 0.0, 0.2, 0.01) == 0.2  # the far hop, booked when its head arrives
+    assert _take_core(cores, 0.0, 0.0, 0.05) == 0.0  # a near hop, in the gap before it
+    assert _take_core(cores, 0.0, 0.0, 0.05) == 0.05  # the next one queues behind that near hop
+    assert _take_core(cores, 0.0, 0.12, 0.1) == pytest.approx(0.21)  # does not fit before 0.2
+    assert _take_core(cores, 0.0, 0.0, 0.0) == 0.0  # no compute books nothing
+    two = np.zeros((2, 4, 2))
+    assert [_take_core(two, 0.0, 0.0, 0.05) for _ in range(3)] == [0.0, 0.0, 0.05]  # 2 at a time
+    assert _take_core(two, 0.06, 0.06, 0.05) == 0.06, "a booking that ended by now frees its row"
 
 
 def test_the_optimum_is_never_below_the_present_layout() -> None:
