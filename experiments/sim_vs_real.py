@@ -11,7 +11,10 @@ the real run). Throughput is microbatches per second over the steps after the fi
 their step events); a peer's share is of its stage's forward hops after the first 10 % of the run,
 every peer but those a rebalancing moved (both keep a moved peer's device and region, but the
 runtime restarts it under a new name, and Algorithm 2 may move another peer, or at another time,
-in the two runs: it reads queue lengths that differ by a request here and there).
+in the two runs: it reads queue lengths that differ by a request here and there). A world that
+rebalances is simulated a second time making the real run's moves (each peer at the time it left
+its stage) instead of its own Algorithm 2's: the gaps left then (`replayed_*` in the JSON and the
+progress line) are not Algorithm 2's choice.
 
     python experiments/sim_vs_real.py [--backend inprocess] [--steps 5] [--only NAME,...]
     python experiments/sim_vs_real.py --plain experiments/scenarios/two_continents.json [--repeats 5]   # real compute
@@ -81,6 +84,17 @@ def moves(events: list[dict[str, Any]]) -> int:
     return sum(e["type"] == "peer" and e["state"] == "moved" for e in events)
 
 
+def share_gap(events: list[dict[str, Any]], sim_events: list[dict[str, Any]], real: dict[str, Any],
+              sim: dict[str, Any]) -> float:
+    """The largest difference of a peer's share of its stage's forward hops between the two runs (`measure`d).
+    A moved peer restarts under a new name (in its old place), and the two runs may move different
+    peers: a moved peer's share has no counterpart, so moved peers are left out."""
+    moved = ({e["to"] for e in events if e["type"] == "peer" and e["state"] == "moved"}
+             | {e["peer"] for e in sim_events if e["type"] == "peer" and e["state"] == "moved"})
+    return max(abs(sim["share"].get(p, 0.0) - real["share"].get(p, 0.0))
+               for p in (set(sim["share"]) | set(real["share"])) - moved)
+
+
 def compare(name: str, fields: dict[str, Any], base: RunConfig, backend: str, folder: Path) -> dict[str, Any]:
     """One world both ways: `base` (`base_config`, or more) run in the world `fields` describe, and
     the simulator's prediction of it."""
@@ -95,14 +109,15 @@ def compare(name: str, fields: dict[str, Any], base: RunConfig, backend: str, fo
     sim_events = simulate_like(SimScenario.from_dict(fields), cfg, events)
     real, sim = measure(events, cfg.microbatches_per_step), measure(sim_events, cfg.microbatches_per_step)
     boundary = statistics.median(boundary_gaps(events))
-    # a moved peer restarts under a new name (in its old place), and the two runs may move different
-    # peers: a moved peer's share has no counterpart, so moved peers are left out of the share gap
-    moved = ({e["to"] for e in events if e["type"] == "peer" and e["state"] == "moved"}
-             | {e["peer"] for e in sim_events if e["type"] == "peer" and e["state"] == "moved"})
-    share_gap = max(abs(sim["share"].get(p, 0.0) - real["share"].get(p, 0.0))
-                    for p in (set(sim["share"]) | set(real["share"])) - moved)
+    replayed: dict[str, Any] = {}
+    if fields["rebalance_period"]:  # again with the real run's moves: what is left is not Algorithm 2's choice
+        again = simulate_like(SimScenario.from_dict(fields), cfg, events, replay_moves=True)
+        replay = measure(again, cfg.microbatches_per_step)
+        replayed = {"replayed_gap": replay["rate"] / real["rate"] - 1, "replayed_moves": moves(again),
+                    "replayed_share_gap_pts": 100 * share_gap(events, again, real, replay)}
     return {"name": name, "backend": backend, "peers": sum(cfg.peers_per_stage), "real": real["rate"], "sim": sim["rate"],
-            "gap": sim["rate"] / real["rate"] - 1, "share_gap_pts": 100 * share_gap, "boundary_s": boundary,
+            "gap": sim["rate"] / real["rate"] - 1, "share_gap_pts": 100 * share_gap(events, sim_events, real, sim),
+            "boundary_s": boundary, **replayed,
             "overruns": summary["device_overruns"], "requests": summary["device_requests"],
             "real_share": real["share"], "sim_share": sim["share"],
             "pipeline_bytes": summary["pipeline_bytes"], "dp_bytes": summary["dp_bytes"],
@@ -158,8 +173,11 @@ def main() -> None:
         for name, fields, codec in tqdm(grid, desc="worlds", unit="world"):
             results.append(compare(name, fields, base_config(args.steps, codec), args.backend, Path(folder)))
             r = results[-1]
+            again = (f"; with the real moves {r['replayed_gap']:+.1%}, share gap {r['replayed_share_gap_pts']:.1f} pts"
+                     if "replayed_gap" in r else "")
             tqdm.write(f"{name}: real {r['real']:.2f} sim {r['sim']:.2f} mb/s ({r['gap']:+.1%}), "
-                       f"share gap {r['share_gap_pts']:.1f} pts, boundary {r['boundary_s']:.2f} s, overruns {r['overruns']}")
+                       f"share gap {r['share_gap_pts']:.1f} pts, boundary {r['boundary_s']:.2f} s, "
+                       f"overruns {r['overruns']}, moves real {r['real_moves']} sim {r['sim_moves']}{again}")
     rows = [[r["name"], str(r["peers"]), f"{r['real']:.2f}", f"{r['sim']:.2f}", f"{r['gap']:+.1%}",
              f"{r['share_gap_pts']:.1f}", f"{r['boundary_s']:.2f}", f"{r['overruns']} / {r['requests']}"] for r in results]
     print_table(f"\nworlds on {args.backend} ({time.strftime('%Y-%m-%d %H:%M')})",

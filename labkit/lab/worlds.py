@@ -72,6 +72,27 @@ def runtime_names(s: SimScenario, events: list[Event]) -> dict[str, list[tuple[f
     return names
 
 
+def real_membership(s: SimScenario, events: list[Event], started: float
+                    ) -> tuple[list[tuple[float, int, int]], list[int]]:
+    """The run's moves as the simulator's (seconds since the start that the peer left its stage,
+    peer index, stage), and the stages its trace's joiners took, in turn. A peer is known by its
+    place in the world (`place`, the first name of its line), which is the k-th initial peer's name
+    or, for a joiner, its own (the simulator's joiners take the indices after the initial peers in
+    join order, as the trace replays them)."""
+    index, count = {}, Counter()
+    for i, g in enumerate(g for g in s.peers for _ in range(g.count)):
+        index[f"s{g.stage}p{count[g.stage]}"] = i
+        count[g.stage] += 1
+    moved_to = {e["to"] for e in of_type(events, "peer") if e["state"] == "moved"}
+    joiners = [e for e in of_type(events, "peer")
+               if e["state"] == "joined" and e["t"] > started and e["peer"] not in moved_to]
+    first = len(index)
+    index.update({e["peer"]: first + k for k, e in enumerate(joiners)})
+    return ([(e["left_at"] - started, index[e["place"]], e["to_stage"])
+             for e in of_type(events, "peer") if e["state"] == "moved" and e["place"] in index],
+            [e["stage"] for e in joiners])
+
+
 def _named(e: Event, names: dict[str, list[tuple[float, str]]]) -> Event:
     """Event `e` of the simulator under the runtime's name its peer bore at its time."""
     if "peer" not in e or e["peer"] not in names:
@@ -115,11 +136,13 @@ def _solo(cfg: RunConfig, repeats: int) -> tuple[list[float], list[float]]:
 
 
 def simulate_like(s: SimScenario, cfg: RunConfig, events: list[Event], *, loads: bool = False,
-                  solo: tuple[list[float], list[float]] | None = None) -> list[Event]:
+                  solo: tuple[list[float], list[float]] | None = None, replay_moves: bool = False) -> list[Event]:
     """The simulator's events for world `s` as the run of `cfg` whose `events` are given runs it:
     the same span from its start, peers under the runtime's names (`runtime_names`). A run
     without virtual devices (`cfg.links` only) gives `solo` (`solo_seconds`): every peer then
-    computes in those seconds on one host of 2 cores, sending the run's own bytes."""
+    computes in those seconds on one host of 2 cores, sending the run's own bytes. With
+    `replay_moves` the simulator makes the real run's moves and sends its trace's joiners to the
+    stages the real ones took (`real_membership`), instead of its own Algorithm 2's choices."""
     started = next(e["t"] for e in of_type(events, "run") if e["state"] == "started")
     steps = of_type(events, "step")
     s = dataclasses.replace(s, relay=True, routers="trainer", global_batch=cfg.global_batch,
@@ -134,7 +157,8 @@ def simulate_like(s: SimScenario, cfg: RunConfig, events: list[Event], *, loads:
         world = dataclasses.replace(world, fwd=np.broadcast_to(fwd, world.fwd.shape).copy(),
                                     bwd=np.broadcast_to(bwd, world.bwd.shape).copy(),
                                     activation_bytes=cfg.microbatch * m.seq_len * m.d_model * 4 / codec_compression(cfg))
-    sim = run_events(s, world, loads=loads).events
+    moves, join_stages = real_membership(s, events, started) if replay_moves else (None, None)
+    sim = run_events(s, world, loads=loads, moves=moves, join_stages=join_stages).events
     names = runtime_names(s, sim)
     return [_named(e, names) for e in sim]
 

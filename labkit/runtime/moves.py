@@ -23,6 +23,7 @@ class _Left:
     stage: int
     place: str  # its place in a world: the first name of its line
     lost: int  # samples credited to it, back to the ledger
+    at: float  # when it left, on the run's clock
 
 
 def move_peer(m: Membership, name: str, stage: int) -> str:
@@ -68,7 +69,7 @@ def _leave(m: Membership, name: str, stage: int) -> _Left:
     place = m.emulates.get(name, name)
     _, lost = m.remove(name)
     m.size -= 1  # add_peer adds it back
-    return _Left(name, peer.stage, place, lost)
+    return _Left(name, peer.stage, place, lost, m.c.clock())
 
 
 def _arrive(m: Membership, left: _Left, stage: int) -> str:
@@ -82,5 +83,6 @@ def _arrive(m: Membership, left: _Left, stage: int) -> str:
                    | {"lost_samples": left.lost, "reason": f"moved to stage {stage}, where it failed to start: {exc!r}"})
         raise
     c.emit(events.peer(c.clock(), peer=left.name, stage=left.stage, state="moved", queue=0)
-           | {"to": new, "to_stage": stage, "lost_samples": left.lost})
+           | {"to": new, "to_stage": stage, "lost_samples": left.lost, "place": left.place,
+                                                 "left_at": left.at})
     return new

@@ -113,10 +113,13 @@ def check_events(s: SimScenario, max_hops: int) -> None:
 
 
 def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 200_000,
-               progress: Callable[[float], None] | None = None, loads: bool = False) -> SimResult:
+               progress: Callable[[float], None] | None = None, loads: bool = False,
+               moves: list[tuple[float, int, int]] | None = None, join_stages: list[int] | None = None) -> SimResult:
     """Simulate `s` microbatch by microbatch; hop, peer, step and run events (hops capped), and
     with `loads` every serving peer's queue length each `bin_seconds` (load events, as the
-    runtime publishes them).
+    runtime publishes them). `moves`: (seconds, peer index, stage) moves made at those times
+    instead of Algorithm 2's rounds, and `join_stages`: the stages the trace's joins take, in turn
+    (a real run's membership decisions replayed; a move whose peer is not serving then is skipped).
 
     `progress(t)` is called with the virtual time reached after each membership segment.
     """
@@ -128,15 +131,17 @@ def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 20
     out = [events.run(0.0, state="started", reason=f"event simulation of {s.name}")]
     out += [events.peer(0.0, peer=w.names[i], stage=int(sw.stage[i]), state="joined", queue=0)
             for i in np.nonzero(sw.stage >= 0)[0]]
-    period = s.rebalance_period or math.inf
-    next_tick, k, next_slot, t = period, 0, int((w.stage0 >= 0).sum()), 0.0
+    period = (s.rebalance_period or math.inf) if moves is None else math.inf
+    scripted, m = sorted(moves or []), 0
+    initial = int((w.stage0 >= 0).sum())  # the trace's n-th join takes peer index initial + n
+    next_tick, k, next_slot, t = period, 0, initial, 0.0
     next_load = s.bin_seconds if loads else math.inf
     rank = np.arange(len(w.names), dtype=np.int64)
     x_opt = sw.rate_of_optimum()
     while t < s.duration:
         pending = sw.ready_at[sw.banned & (sw.stage >= 0)]
         t_next = min(s.duration, next_tick, next_load, w.ev_t[k] if k < len(w.ev_t) else math.inf,
-                     pending.min(initial=math.inf))
+                     pending.min(initial=math.inf), scripted[m][0] if m < len(scripted) else math.inf)
         _spread(sw.optimal, x_opt, t, t_next, s.bin_seconds)
         per_stage = np.bincount(sw.serving()[sw.serving() >= 0], minlength=s.stages)
         for stage in range(s.stages):
@@ -158,11 +163,18 @@ def run_events(s: SimScenario, world: World | None = None, *, max_hops: int = 20
                     sw.leave(i, -1, t)
             elif next_slot < len(w.names):
                 i, next_slot = next_slot, next_slot + 1
-                joined = (rebalance_join(sw.serving(), sw.qlen.astype(float), s.stages) if s.joins_by_policy
+                joined = (join_stages[i - initial] if join_stages is not None and i - initial < len(join_stages)
+                          else rebalance_join(sw.serving(), sw.qlen.astype(float), s.stages) if s.joins_by_policy
                           else min(int(w.ev_u[k] * s.stages), s.stages - 1))
                 sw.leave(i, int(joined), t)
                 out.append(events.peer(t, peer=w.names[i], stage=int(joined), state="joined", queue=0))
             k += 1
+        while m < len(scripted) and scripted[m][0] <= t:
+            _, i, target = scripted[m]
+            m += 1
+            if sw.serving()[i] >= 0 and sw.stage[i] != target:
+                sw.leave(i, target, t)
+                out.append(events.peer(t, peer=w.names[i], stage=target, state="moved", queue=0))
         if next_load <= t:
             out += [events.load(t, peer=w.names[i], stage=int(sw.stage[i]), queue=int(sw.qlen[i]))
                     for i in np.nonzero(sw.serving() >= 0)[0]]

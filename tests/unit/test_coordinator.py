@@ -398,7 +398,8 @@ def test_a_rebalancing_round_takes_its_peer_out_with_the_choice_and_starts_it_wi
     mover.join(10)
     assert moved == ["s1p3"] and peers.places["s1p3"] == "s0p0"
     move, = [e for e in log.history("peer") if e["state"] == "moved"]
-    assert (move["peer"], move["to"], move["to_stage"]) == ("s0p0", "s1p3", 1)
+    assert (move["peer"], move["to"], move["to_stage"], move["place"]) == ("s0p0", "s1p3", 1, "s0p0")
+    assert move["left_at"] < move["t"], "it left its stage when the round chose it, before its start"
 
 
 def test_rebalancing_rounds_go_on_after_a_mover_fails_to_start() -> None:
