@@ -165,7 +165,8 @@ def main() -> None:
                     [[r["name"], f"{r['real']:.2f}", f"{r['sim']:.2f}", f"{r['gap']:+.1%}"] for r in rows])
         (out / "sim_vs_real_plain.json").write_text(json.dumps(rows, indent=1))
         gaps = {c: statistics.median(r["gap"] for r in rows if f" {c}," in r["name"]) for c in ("fp32", "int8")}
-        print(f"sim_vs_real_plain runs={len(rows)} median_gap_fp32={gaps['fp32']:+.3f} median_gap_int8={gaps['int8']:+.3f}")
+        print(f"sim_vs_real_plain runs={len(rows)} median_gap_fp32={gaps['fp32']:+.3f} "
+              f"median_gap_int8={gaps['int8']:+.3f}")
         return
     grid = [w for w in worlds() if args.only is None or w[0] in args.only.split(",")]
     results = []

@@ -70,10 +70,11 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
     cores) with fwd/bwd[i, s] seconds and `cores[c, k]` the (start, end) of core c's k-th booking on
     the one host every peer shares (no rows: a device each; k up to the slots, as each has one
     computation booked at a time): a computation also waits for a core free for its whole length
-    (`_take_core`), so the host never computes more than its cores at once; links = (out, back, payload, chunks, relay): request and answer latency and payload
-    seconds per peer, the pieces a payload streams in, and whether hops are the runtime's (trainers
-    relay: a middle stage's answer carries a payload back, and the last stage's forward and backward
-    share one round trip, as its one loss request); slots = (pos, path, path_epoch, sent, mb_id);
+    (`_take_core`), so the host never computes more than its cores at once; links = (out, back,
+    payload, chunks, relay): request and answer latency and payload seconds per peer, the pieces a
+    payload streams in, and whether hops are the runtime's (trainers relay: a middle stage's answer
+    carries a payload back, and the last stage's forward and backward share one round trip, as its
+    one loss request); slots = (pos, path, path_epoch, sent, mb_id);
     heap = (time, seq, slot, kind, size/seq box); counters[0..4] = entered, finished, lost, next
     microbatch id, entered this step; sync = (group, t_ar by stage count function table t_ar[n],
     boundary: with a global batch, < 0 for the paper's model (peers stop for the all-reduce,

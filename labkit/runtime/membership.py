@@ -2,7 +2,8 @@
 
 A part of the run's coordinator (its lock, ledger and committed states, as `Run` names them): peers join with
 a neighbour's state, crash or are evicted (their credits go back to the ledger), or move between stages
-(`moves`); a stage without a live peer pauses the run until one joins. The registry is the in-process directory trainers route over; on Dask the DHT mirrors it.
+(`moves`); a stage without a live peer pauses the run until one joins. The registry is the in-process
+directory trainers route over; on Dask the DHT mirrors it.
 """
 
 from __future__ import annotations

@@ -80,9 +80,9 @@ def _arrive(m: Membership, left: _Left, stage: int) -> str:
     except Exception as exc:  # it left its stage, never reached the other: lost, and said so (unless the run ended)
         if not isinstance(exc, RunEnded):
             c.emit(events.peer(c.clock(), peer=left.name, stage=left.stage, state="killed", queue=0)
-                   | {"lost_samples": left.lost, "reason": f"moved to stage {stage}, where it failed to start: {exc!r}"})
+                   | {"lost_samples": left.lost,
+                      "reason": f"moved to stage {stage}, where it failed to start: {exc!r}"})
         raise
     c.emit(events.peer(c.clock(), peer=left.name, stage=left.stage, state="moved", queue=0)
-           | {"to": new, "to_stage": stage, "lost_samples": left.lost, "place": left.place,
-                                                 "left_at": left.at})
+           | {"to": new, "to_stage": stage, "lost_samples": left.lost, "place": left.place, "left_at": left.at})
     return new

@@ -47,7 +47,8 @@ def test_event_kernel_matches_plain_python(chunks: float, relay: bool, routers: 
     links = (w.hop_rtt / 2, w.hop_rtt / 2, w.hop_seconds - w.hop_rtt, chunks, relay)
     for sw, fn in zip(swarms, (run_until, run_until.py_func)):
         fn(60.0, s.stages, (sw.stage, sw.free_at, sw.qlen, sw.epoch), sw.router,
-           (w.fwd, w.bwd, 0.0, np.zeros((cores, s.trainers * s.window, 2))), links, sw.slots, sw.heap, sw.counters, sw.sync, sw.out, sw.hops)
+           (w.fwd, w.bwd, 0.0, np.zeros((cores, s.trainers * s.window, 2))), links, sw.slots, sw.heap, sw.counters,
+           sw.sync, sw.out, sw.hops)
     a, b = swarms
     assert a.counters[1] > 10
     np.testing.assert_array_equal(a.counters, b.counters)
