@@ -56,15 +56,25 @@ def codec_compression(cfg: RunConfig) -> float:
     return x.numel() * 4 / get_codec(cfg.compression.codec).encode(x).nbytes
 
 
+def initial_names(s: SimScenario) -> list[str]:
+    """The runtime's names of the file's peers, in the file's order (the simulator's peer indices):
+    the k-th initial peer of stage s is `s{s}p{k}`."""
+    count: Counter[int] = Counter()
+    names = []
+    for g in s.peers:
+        for _ in range(g.count):
+            names.append(f"s{g.stage}p{count[g.stage]}")
+            count[g.stage] += 1
+    return names
+
+
 def runtime_names(s: SimScenario, events: list[Event]) -> dict[str, list[tuple[float, str]]]:
     """Per simulated peer, from when on it bears which of the runtime's names: the k-th initial
     peer of stage s is `s{s}p{k}` (file order); a joiner, or a peer moved to stage s, takes the
     stage's next number, as the runtime names them (`Membership._next_name`)."""
-    names: dict[str, list[tuple[float, str]]] = {}
-    count = Counter()
-    for i, g in enumerate(g for g in s.peers for _ in range(g.count)):
-        names[f"peer-{i:05d}"] = [(0.0, f"s{g.stage}p{count[g.stage]}")]
-        count[g.stage] += 1
+    first = initial_names(s)
+    names: dict[str, list[tuple[float, str]]] = {f"peer-{i:05d}": [(0.0, name)] for i, name in enumerate(first)}
+    count = Counter(g.stage for g in s.peers for _ in range(g.count))  # the next number of each stage
     for e in of_type(events, "peer"):
         if e["state"] in ("moved", "joined") and e["t"] > 0:
             names.setdefault(e["peer"], []).append((e["t"], f"s{e['stage']}p{count[e['stage']]}"))
@@ -79,10 +89,7 @@ def real_membership(s: SimScenario, events: list[Event], started: float
     place in the world (`place`, the first name of its line), which is the k-th initial peer's name
     or, for a joiner, its own (the simulator's joiners take the indices after the initial peers in
     join order, as the trace replays them)."""
-    index, count = {}, Counter()
-    for i, g in enumerate(g for g in s.peers for _ in range(g.count)):
-        index[f"s{g.stage}p{count[g.stage]}"] = i
-        count[g.stage] += 1
+    index = {name: i for i, name in enumerate(initial_names(s))}
     moved_to = {e["to"] for e in of_type(events, "peer") if e["state"] == "moved"}
     joiners = [e for e in of_type(events, "peer")
                if e["state"] == "joined" and e["t"] > started and e["peer"] not in moved_to]
