@@ -105,13 +105,13 @@ def compare(name: str, fields: dict[str, Any], base: RunConfig, backend: str, fo
     summary = run.wait()
     if summary["status"] != "finished":
         raise RuntimeError(f"{name}: {summary}")
-    events = run.events.history()
-    sim_events = simulate_like(SimScenario.from_dict(fields), cfg, events)
+    events, scenario = run.events.history(), SimScenario.from_dict(fields)
+    sim_events = simulate_like(scenario, cfg, events)
     real, sim = measure(events, cfg.microbatches_per_step), measure(sim_events, cfg.microbatches_per_step)
     boundary = statistics.median(boundary_gaps(events))
     replayed: dict[str, Any] = {}
     if fields["rebalance_period"]:  # again with the real run's moves: what is left is not Algorithm 2's choice
-        again = simulate_like(SimScenario.from_dict(fields), cfg, events, replay_moves=True)
+        again = simulate_like(scenario, cfg, events, replay_moves=True)
         replay = measure(again, cfg.microbatches_per_step)
         replayed = {"replayed_gap": replay["rate"] / real["rate"] - 1, "replayed_moves": moves(again),
                     "replayed_share_gap_pts": 100 * share_gap(events, again, real, replay)}
