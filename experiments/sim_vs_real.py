@@ -12,9 +12,9 @@ their step events); a peer's share is of its stage's forward hops after the firs
 every peer but those a rebalancing moved (both keep a moved peer's device and region, but the
 runtime restarts it under a new name, and Algorithm 2 may move another peer, or at another time,
 in the two runs: it reads queue lengths that differ by a request here and there). A world that
-rebalances is simulated a second time making the real run's moves (each peer at the time it left
-its stage) instead of its own Algorithm 2's: the gaps left then (`replayed_*` in the JSON and the
-progress line) are not Algorithm 2's choice.
+rebalances is simulated a second time making the real run's membership decisions (its moves, each
+peer at the time it left its stage, and its joiners' stages) instead of its own Algorithm 2's: the
+gaps left then (`replayed_*` in the JSON and the progress line) are not Algorithm 2's choice.
 
     python experiments/sim_vs_real.py [--backend inprocess] [--steps 5] [--only NAME,...]
     python experiments/sim_vs_real.py --plain experiments/scenarios/two_continents.json [--repeats 5]   # real compute

@@ -5,7 +5,9 @@ The simulator gets the file itself plus what the file cannot say about the run: 
 (`relay`) and routers (one per trainer), its step barrier at the run's global batch with the real
 run's median gap between a step's last answer and the next step's first request (`boundary_seconds`:
 the boundary reduces the stand-in's gradients, which the world does not price), and the wire bytes
-of the run's codec (`compression`). Nothing else comes from the real run. A run on real compute
+of the run's codec (`compression`). Nothing else comes from the real run, unless it is asked to
+make the real run's membership decisions (`replay_moves`: its moves and its joiners' stages,
+`real_membership`), to tell Algorithm 2's choices apart from the rest. A run on real compute
 (links only, no virtual devices) is predicted with every peer on one host of this machine's cores,
 each stage's compute measured alone beforehand (`solo_seconds`).
 """
