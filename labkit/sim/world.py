@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.sim.hardware import service_seconds, stage_costs
+from labkit.sim.hardware import service_seconds
 from labkit.sim.links import join_group, region_link
 from labkit.sim.scenario import SimScenario
+from labkit.sim.seats import world_costs
 
 ADAM_STATE_BYTES = 12.0  # fp32 parameters + two Adam moments: what a migrating peer downloads
 GRAD_BYTES = 2.0  # fp16 gradients in the all-reduce
@@ -59,8 +60,7 @@ def download_seconds(s: SimScenario, stage_params: Sequence[float]) -> np.ndarra
 
 def build_world(s: SimScenario) -> World:
     """Compile a scenario: initial peers in group order, then one slot per join of the trace."""
-    costs = stage_costs(model=s.model, stages=s.stages, microbatch=s.microbatch, seq_len=s.seq_len,
-                        checkpointing=s.checkpointing, compression=s.compression, split=s.layer_split)
+    costs = world_costs(s)  # the runtime's virtual devices and joiners' downloads price the same
     trace = s.events_trace()
     joins = sum(d for _, d in trace if d > 0)
     joiner = join_group(s)
