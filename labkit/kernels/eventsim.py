@@ -73,8 +73,9 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
     (`_take_core`), so the host never computes more than its cores at once; links = (out, back,
     payload, chunks, relay): request and answer latency and payload seconds per peer, the pieces a
     payload streams in, and whether hops are the runtime's (trainers relay: a middle stage's answer
-    carries a payload back, and the last stage's forward and backward share one round trip, as its
-    one loss request); slots = (pos, path, path_epoch, sent, mb_id);
+    carries a payload back, and the last stage's forward, loss and backward are its one loss request:
+    one booking of the peer, answered once with the input's gradients, no backward hop of its own);
+    slots = (pos, path, path_epoch, sent, mb_id);
     heap = (time, seq, slot, kind, size/seq box); counters[0..4] = entered, finished, lost, next
     microbatch id, entered this step; sync = (group, t_ar by stage count function table t_ar[n],
     boundary: with a global batch, < 0 for the paper's model (peers stop for the all-reduce,
@@ -109,6 +110,8 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
             else:
                 qlen[p] += 1
                 seconds = fwd[p, s] if forward else bwd[p, s]
+                if relay and forward and s == num_stages - 1:
+                    seconds += bwd[p, s]  # the runtime's one loss request: forward and backward in one booking
                 if cv > 0.0:
                     seconds *= np.random.gamma(1.0 / (cv * cv), cv * cv)
                 start = max(t + payload[p] / chunks, free_at[p])
@@ -124,10 +127,8 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
                 qlen[p] -= 1
             box[1] += 1
             back = hop_back[p]
-            if relay and s == num_stages - 1 and forward:
-                back = 0.0  # the runtime's last stage answers forward, loss and backward in one request
-            elif relay and 0 < s < num_stages - 1:
-                back += payload[p]  # a middle stage's answer (activations, or their gradients) comes back
+            if relay and (0 < s < num_stages - 1 or (s == num_stages - 1 and forward)):
+                back += payload[p]  # the answer carries a payload back: activations, or their gradients
             box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t + back, w, RESPOND)
             continue
         elif kind == RESPOND:
@@ -140,7 +141,7 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
                     hop_t[k], hop_slot[k], hop_stage[k], hop_peer[k] = t, w, s, p
                     hop_dir[k], hop_sec[k], hop_mb[k] = 0 if forward else 1, t - sent[w], mb_id[w]
                 hop_box[0] = k + 1
-                pos[w] += 1
+                pos[w] += 2 if relay and forward and s == num_stages - 1 else 1  # the loss request did its backward
                 if pos[w] == 2 * num_stages:  # microbatch done: count it, maybe all-reduce, start the next
                     counters[1] += 1
                     work[b] += 1.0
@@ -166,7 +167,7 @@ def run_until(t_end: float, num_stages: int, peers: tuple, router: tuple, servic
                 _new_microbatch(w, pos, counters, mb_id)
         r = w // window
         _issue(t, w, num_stages, stage, prio[r], ema[r], order, banned, started[r], r * window, epoch, pos, path,
-               path_epoch, sent, hop_out, relay, h_time, h_seq, h_slot, h_kind, box)
+               path_epoch, sent, hop_out, h_time, h_seq, h_slot, h_kind, box)
 
 
 @njit(cache=True)
@@ -232,7 +233,7 @@ def _release(t, group, pos, counters, mb_id, h_time, h_seq, h_slot, h_kind, box)
 
 @njit(cache=True)
 def _issue(t, w, num_stages, stage, prio, ema, order, banned, started, phase, epoch, pos, path, path_epoch, sent,
-           hop_out, relay, h_time, h_seq, h_slot, h_kind, box):
+           hop_out, h_time, h_seq, h_slot, h_kind, box):
     """Send slot w's microbatch on its next hop: IWRR forward (the router skipping `phase` picks at
     its first of a stage), the remembered peer backward."""
     forward = pos[w] < num_stages
@@ -250,8 +251,7 @@ def _issue(t, w, num_stages, stage, prio, ema, order, banned, started, phase, ep
     p = path[w, s]
     sent[w] = t
     box[1] += 1
-    out = 0.0 if relay and not forward and s == num_stages - 1 else hop_out[p]  # the last stage's one request
-    box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t + out, w, ARRIVE)
+    box[0] = _push(h_time, h_seq, h_slot, h_kind, box[0], box[1], t + hop_out[p], w, ARRIVE)
 
 
 @njit(cache=True)

@@ -126,7 +126,8 @@ class SimScenario:
     # for a free one (labkit's runtime on one machine without virtual devices); None = a device each
     routers: str = "shared"  # events mode: one IWRR router all trainers share, or one per "trainer" (the runtime's)
     relay: bool = False  # events mode: hops as labkit's runtime makes them (trainers relay: a middle stage's answer
-    # carries a payload back; the last stage's forward and backward share one round trip); False = the paper's hops
+    # carries a payload back; the last stage answers one loss request, forward and backward in one booking of its
+    # peer); False = the paper's hops
     stream_chunks: int = 1  # events mode: payloads stream in this many chunks and a peer computes a chunk as soon
     # as it is in, so transfer hides behind compute (SWARM App. F); 1 = the whole payload first, then compute
     duration: float = 600.0  # simulated seconds

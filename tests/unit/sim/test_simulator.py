@@ -173,6 +173,24 @@ def test_relayed_hops_count_the_runtimes_round_trips_and_payloads():
     assert simulate(s, "events").work.sum() / s.duration == pytest.approx(1 / trip, rel=0.02)
 
 
+def test_the_last_stages_loss_request_holds_its_peer_from_forward_to_backward():
+    """As the runtime's last stage serves one loss request at a time: two microbatches reaching the
+    last stage's one peer together are served one whole request after the other (the second waits
+    the first's forward and backward), never the second's forward between the first's forward and
+    backward; and the last stage makes no backward hop of its own."""
+    from labkit.sim.events_sim import run_events
+
+    peers = (PeerGroup(device="T4", count=2, stage=0), PeerGroup(device="T4", count=1, stage=1))
+    s = SimScenario(model="small", stages=2, peers=peers, trainers=2, window=1, routers="trainer", relay=True,
+                    rtt_ms=10.0, bandwidth_mbps=1000.0, duration=20.0, bin_seconds=5.0, service_cv=0.0)
+    w = build_world(s)
+    hops = [e for e in run_events(s).events if e["type"] == "hop" and e["stage"] == 1]
+    assert {e["direction"] for e in hops} == {"forward"}
+    request = w.hop_seconds[2] + (w.hop_seconds[2] - w.hop_rtt[2]) + w.fwd[2, 1] + w.bwd[2, 1]
+    first, second = sorted(e["seconds"] for e in hops[:2])
+    assert first == pytest.approx(request) and second == pytest.approx(request + w.fwd[2, 1] + w.bwd[2, 1])
+
+
 def test_load_events_come_every_bin_and_change_nothing_else():
     from labkit.sim.events_sim import run_events
 
