@@ -110,7 +110,7 @@ def compare(name: str, fields: dict[str, Any], base: RunConfig, backend: str, fo
     real, sim = measure(events, cfg.microbatches_per_step), measure(sim_events, cfg.microbatches_per_step)
     boundary = statistics.median(boundary_gaps(events))
     replayed: dict[str, Any] = {}
-    if fields["rebalance_period"]:  # again with the real run's moves: what is left is not Algorithm 2's choice
+    if fields.get("rebalance_period"):  # again with the real run's moves: what is left is not Algorithm 2's choice
         again = simulate_like(scenario, cfg, events, replay_moves=True)
         replay = measure(again, cfg.microbatches_per_step)
         replayed = {"replayed_gap": replay["rate"] / real["rate"] - 1, "replayed_moves": moves(again),
