@@ -1,11 +1,12 @@
 """Planner benchmark: DT-FM's five cases at N = 64 (and, on request, other N and seeds).
 
     PYTHONPATH=. python benchmarks/planners.py [--generations 60] [--population 10] [--reference-generations 4900]
-                                              [--sizes 64 32] [--seeds 0 1 2]
+                                              [--ours-generations 4] [--sizes 64 32] [--seeds 0 1 2]
 
 1. The cases as DT-FM's paper describes them (`dtfm_paper_case`: no jitter, DT-FM's message
    sizes, D_PP = 8): labkit's default search (method dtfm) against the GA with the paper's local
-   search at DT-FM's own budget (population 100, 4900 offspring, method dtfm-paper), both with the
+   search at DT-FM's own budget (population 100, 4900 offspring, method dtfm-paper; labkit's at
+   --ours-generations, its default unless given), both with the
    same seed, costs and process CPU seconds; one line per case, size and seed
    `paper_<case>_n<N> cost=<x> reference=<y> cpu_seconds=<a> reference_cpu_seconds=<b> seed=<s>`
    (defaults: N = 64, seed 0, so one line per case).
@@ -24,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from labkit.plan.dtfm import RANDOM_SEEDS, CostModel, plan_dtfm, random_partition
+from labkit.plan.dtfm import DEFAULT_GENERATIONS, RANDOM_SEEDS, CostModel, plan_dtfm, random_partition
 from labkit.plan.plan import Plan
 from labkit.plan.presets import DTFM_CASES, dtfm_paper_case, preset
 from labkit.plan.workload import Workload
@@ -52,6 +53,8 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=60)
     parser.add_argument("--population", type=int, default=10)
     parser.add_argument("--reference-generations", type=int, default=4900, help="DT-FM's budget: 4900")
+    parser.add_argument("--ours-generations", type=int, default=DEFAULT_GENERATIONS["dtfm"],
+                        help=f"labkit's search's generations (its default: {DEFAULT_GENERATIONS['dtfm']})")
     parser.add_argument("--sizes", type=int, nargs="+", default=[64], help="device counts N of the paper's cases")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of both searches")
     args = parser.parse_args()
@@ -60,7 +63,8 @@ def main() -> None:
     plan_dtfm(preset("dtfm_world", n=16), stages=4, generations=2, method="dtfm-paper")
     for name, n, seed in itertools.product(DTFM_CASES, args.sizes, args.seeds):
         scenario, paper_work = dtfm_paper_case(name, n=n)
-        ours, ours_cpu = timed(lambda: plan_dtfm(scenario, 8, paper_work, seed=seed))
+        ours, ours_cpu = timed(lambda: plan_dtfm(scenario, 8, paper_work, seed=seed,
+                                                  generations=args.ours_generations))
         ref, ref_cpu = timed(lambda: plan_dtfm(scenario, 8, paper_work, method="dtfm-paper", seed=seed, population=100,
                                                 generations=args.reference_generations))
         print(f"paper_{name}_n{n} cost={ours.time:.4f} reference={ref.time:.4f} cpu_seconds={ours_cpu:.2f} "
