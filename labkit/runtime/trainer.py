@@ -24,7 +24,7 @@ from labkit.runtime.pacing import payload_scale
 from labkit.runtime.peer import PeerDied
 from labkit.runtime.ports import Directory, WorkSource
 from labkit.runtime.request_queue import timing
-from labkit.swarm.deadline import Deadlines
+from labkit.swarm.deadline import Deadline, Deadlines, busy_not_hung
 from labkit.swarm.ledger import Task
 from labkit.swarm.routing import Router
 
@@ -76,6 +76,7 @@ class Trainer:
         self.links = None if scenario is None else Links(scenario, scenario.trainer_region, payload_scale(cfg, scenario))
         self._seen: dict[str, tuple[int, int]] = {}  # peer -> (stage, announce epoch) last synced
         self._deadlines = Deadlines(ceiling=cfg.peer_timeout)  # (peer, method) -> its requests' deadline
+        self._answered: dict[str, float] = {}  # peer -> when it last answered one of this trainer's requests
         self._viewed = -ROUTER_EVENT_SECONDS  # run time of the last router event
         self.lanes = [threading.Thread(target=self._loop, args=(lane,), name=f"trainer-{lane}", daemon=True)
                       for lane in lane_names(name, cfg.inflight)]
@@ -144,7 +145,6 @@ class Trainer:
             server = self.directory.peer(target)
             with self._routing:
                 deadline = self._deadlines[target, method]  # learnt from its answers, `peer_timeout` at most
-                wait = deadline.seconds()
             start = time.perf_counter()
             if server is None:
                 future = None
@@ -155,11 +155,9 @@ class Trainer:
             try:
                 if future is None:
                     raise LookupError(target)
-                result = future.result(timeout=wait)
+                result = self._await(future, target, deadline, start)
             except FutureTimeout:
                 future.cancel()
-                with self._routing:
-                    deadline.expired()
                 self._ban(target)
                 self.work.peer_timed_out(target, may_have_accumulated=method != "forward")
                 if peer is not None:
@@ -175,6 +173,7 @@ class Trainer:
             seconds = time.perf_counter() - start
             now = self.work.clock()
             with self._routing:
+                self._answered[target] = start + seconds
                 self.router.report(target, seconds)
                 deadline.answered(seconds)
                 view = self._view() if now - self._viewed >= ROUTER_EVENT_SECONDS else None
@@ -187,6 +186,25 @@ class Trainer:
                                        microbatch=task.microbatch, timing=timing(future),
                                        link_seconds=future.link_seconds if self.links else 0.0))
             return target, result
+
+    def _await(self, future: Any, target: str, deadline: Deadline, sent: float) -> Any:
+        """The answer to a request sent at `sent`. At each deadline a peer that answered another of this trainer's
+        requests since the send (or the deadline before) is busy, not hung (`busy_not_hung`): its deadline backs off
+        and the request waits on, to `peer_timeout` from the send; one that answered nothing raises FutureTimeout."""
+        checked = sent
+        while True:
+            with self._routing:
+                wait = min(deadline.seconds(), sent + self.cfg.peer_timeout - time.perf_counter())
+            try:
+                return future.result(timeout=max(0.0, wait))
+            except FutureTimeout:
+                now = time.perf_counter()
+                with self._routing:
+                    deadline.expired()
+                    last = self._answered.get(target)
+                if not busy_not_hung(last, checked, sent, now, self.cfg.peer_timeout):
+                    raise
+                checked = now
 
     def _view(self) -> list[dict[str, Any]]:
         """The router's view (routing lock held), each peer with its longest request deadline."""

@@ -7,7 +7,10 @@ deviations and SRTT itself (an answer that takes twice its usual time is late, n
 queue doubles when a neighbour leaves), kept within [floor, ceiling]. Until the first answer the
 deadline is the ceiling. Each expiry doubles it (back-off, up to the ceiling) until an answer
 comes; so a peer that has only been slow costs one ban, and one that hangs is given up on within
-one deadline.
+one deadline. A request past its deadline whose peer answered another request meanwhile
+(`busy_not_hung`) waits on instead: a peer whose stage lost its neighbours works through a queue
+three or four times its usual length, and banning it for that sends the whole queue to the next
+peer. It waits one backed-off deadline at a time while answers keep coming, to the ceiling.
 """
 
 from __future__ import annotations
@@ -67,6 +70,13 @@ class Deadline:
             return self.ceiling
         base = max(self.floor, self.srtt + max(K * self.rttvar, self.srtt))
         return min(self.ceiling, base * 2.0 ** min(self.backoff, 32))
+
+
+def busy_not_hung(last_answer: float | None, since: float, sent: float, now: float, ceiling: float) -> bool:
+    """Whether a request sent at `sent` that has outlived its deadline at `now` should wait on: its
+    peer answered another request after `since` (the send, or the deadline before), so it is working
+    through a queue, not hung; never once `ceiling` seconds have passed since the send."""
+    return last_answer is not None and last_answer > since and now - sent < ceiling
 
 
 class Deadlines:

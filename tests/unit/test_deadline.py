@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.swarm.deadline import FLOOR, Deadline, Deadlines
+from labkit.swarm.deadline import FLOOR, Deadline, Deadlines, busy_not_hung
 
 
 def test_the_first_request_waits_the_ceiling_and_later_ones_what_the_answers_say() -> None:
@@ -58,3 +58,15 @@ def test_each_kind_learns_its_own_deadline() -> None:
     assert kinds["prepare"].seconds() == 5.0 and kinds["outer_reduce"].seconds() == pytest.approx(8.0)
     assert {k: d.seconds() for k, d in kinds.items()} == {"prepare": 5.0, "outer_reduce": pytest.approx(8.0),
                                                           "commit_step": 30.0}
+
+
+def test_a_late_request_waits_on_only_while_its_peer_answers_others_and_never_past_the_ceiling() -> None:
+    """Sent at 10 s, past its deadline at 12 s: a peer that answered another request at 11 s is
+    working through a queue; one whose last answer came before the send (or never) is hung; at
+    the next deadline (16 s) only an answer after 12 s counts; nothing waits past the ceiling."""
+    assert busy_not_hung(11.0, since=10.0, sent=10.0, now=12.0, ceiling=30.0)
+    assert not busy_not_hung(9.5, since=10.0, sent=10.0, now=12.0, ceiling=30.0)
+    assert not busy_not_hung(None, since=10.0, sent=10.0, now=12.0, ceiling=30.0)
+    assert not busy_not_hung(11.0, since=12.0, sent=10.0, now=16.0, ceiling=30.0)
+    assert busy_not_hung(15.0, since=12.0, sent=10.0, now=16.0, ceiling=30.0)
+    assert not busy_not_hung(39.0, since=24.0, sent=10.0, now=40.0, ceiling=30.0)
